@@ -1,0 +1,262 @@
+/* libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
+ *
+ * Conventions (every function below follows them):
+ *  - Every fallible call returns fnorm_status_t; outputs go through trailing
+ *    pointers. On failure nothing is written to outputs (host or device) and
+ *    a thread-local message naming the failing argument is kept for
+ *    fnorm_get_last_error_message().
+ *  - The stream is an argument of every launch. A launch only enqueues work
+ *    on that stream: it never synchronizes the host, never allocates device
+ *    memory, and may be captured in a CUDA graph.
+ *  - Scratch memory comes from the caller: ask ..._workspace_size(), allocate
+ *    at least that many bytes on the handle's device, pass it to the launch.
+ *    Size queries depend only on their arguments (not on the GPU), need no
+ *    device and no handle, so memory can be planned ahead of time.
+ *  - Optional inputs and outputs are NULL-able where documented.
+ *  - Handles and descriptors are opaque; destroy functions accept NULL.
+ *
+ * This header includes no CUDA header: `fnorm_stream_t` is the type that
+ * `cudaStream_t` and `CUstream` point to, so either converts implicitly.
+ */
+#ifndef FUSEDNORM_H
+#define FUSEDNORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fusednorm_version.h"
+
+#if defined(FNORM_BUILDING_LIBRARY)
+#define FNORM_API __attribute__((visibility("default")))
+#else
+#define FNORM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Basic types                                                              */
+/* ------------------------------------------------------------------------ */
+
+/** A CUDA stream: pass a cudaStream_t (or CUstream), or NULL for the legacy
+ *  default stream. */
+typedef struct CUstream_st *fnorm_stream_t;
+
+/** Status codes. Values are explicit and never renumbered. The thousands
+ *  digit is the category: 0 success, 1 bad parameter (fix the call),
+ *  2 not supported (the library cannot do this case), 3 internal error,
+ *  4 no usable device, 5 a CUDA / library call failed during execution.
+ *  fnorm_status_category() returns that band. */
+typedef enum fnorm_status {
+  FNORM_STATUS_SUCCESS = 0,
+
+  FNORM_STATUS_BAD_PARAM = 1000,               /* an argument is invalid */
+  FNORM_STATUS_BAD_PARAM_NULL_POINTER = 1001,  /* a required pointer is NULL */
+  FNORM_STATUS_BAD_PARAM_SHAPE = 1002,         /* shapes/strides/dtypes disagree */
+  FNORM_STATUS_INSUFFICIENT_WORKSPACE = 1003,  /* workspace_bytes < the size query */
+
+  FNORM_STATUS_NOT_SUPPORTED = 2000,           /* valid, but not implemented here */
+  FNORM_STATUS_NOT_SUPPORTED_BUILD = 2001,     /* left out of this build */
+
+  FNORM_STATUS_INTERNAL_ERROR = 3000,          /* a bug in the library: report it */
+  FNORM_STATUS_ALLOC_FAILED = 3001,            /* host memory allocation failed */
+
+  FNORM_STATUS_NO_DEVICE = 4000,               /* no CUDA device or driver */
+
+  FNORM_STATUS_CUDA_ERROR = 5000,              /* a CUDA runtime call failed */
+  FNORM_STATUS_CUBLAS_ERROR = 5001,
+  FNORM_STATUS_CUDNN_ERROR = 5002,
+  FNORM_STATUS_NCCL_ERROR = 5003
+} fnorm_status_t;
+
+/** Element types. Values are explicit and never renumbered. */
+typedef enum fnorm_dtype {
+  FNORM_DTYPE_FLOAT32 = 0,
+  FNORM_DTYPE_FLOAT16 = 1,
+  FNORM_DTYPE_BFLOAT16 = 2
+} fnorm_dtype_t;
+
+/** Normalization over the last dimensions of a tensor. */
+typedef enum fnorm_norm_mode {
+  FNORM_NORM_LAYERNORM = 0, /* y = (x - mean) * rstd * gamma + beta */
+  FNORM_NORM_RMSNORM = 1    /* y = x * rrms * gamma (reserved; see fnorm_norm_desc_set) */
+} fnorm_norm_mode_t;
+
+/** Largest tensor rank a descriptor holds. */
+#define FNORM_MAX_RANK 8
+
+typedef struct fnorm_handle *fnorm_handle_t;
+typedef struct fnorm_tensor_desc *fnorm_tensor_desc_t;
+typedef struct fnorm_norm_desc *fnorm_norm_desc_t;
+
+/* ------------------------------------------------------------------------ */
+/* Version and errors                                                       */
+/* ------------------------------------------------------------------------ */
+
+/** The library's version, encoded as FNORM_VERSION is (major * 10000 +
+ *  minor * 100 + patch). Compare with FNORM_VERSION to detect a header/library
+ *  mismatch. Thread-safety: safe. */
+FNORM_API uint32_t fnorm_get_version(void);
+
+/** A static, never-NULL English name for a status ("FNORM_STATUS_BAD_PARAM:
+ *  an argument is invalid"); unknown values give "FNORM_STATUS_UNKNOWN".
+ *  Thread-safety: safe. */
+FNORM_API const char *fnorm_get_error_string(fnorm_status_t status);
+
+/** The category band of a status: status rounded down to a multiple of 1000
+ *  (FNORM_STATUS_SUCCESS, _BAD_PARAM, _NOT_SUPPORTED, _INTERNAL_ERROR,
+ *  _NO_DEVICE or _CUDA_ERROR). Thread-safety: safe. */
+FNORM_API fnorm_status_t fnorm_status_category(fnorm_status_t status);
+
+/** Copy the calling thread's last error message (set by the last call on this
+ *  thread that failed; "" if none failed) into buf, truncated and always
+ *  NUL-terminated when size > 0. buf may be NULL when size is 0.
+ *  Returns the message's full length in bytes, not counting the NUL, so a
+ *  caller can size its buffer. The message names the function, the argument
+ *  and the value that failed. Successful calls do not clear it.
+ *  Thread-safety: safe; each thread has its own message. */
+FNORM_API size_t fnorm_get_last_error_message(char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Handle                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Create a handle bound to the calling thread's current CUDA device
+ *  (cudaGetDevice). The handle caches device properties; launches made with
+ *  it run on that device whatever the caller's current device is, and leave
+ *  the caller's current device as it was.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (handle NULL); NO_DEVICE (no
+ *  driver or device: *handle is left unchanged); CUDA_ERROR; ALLOC_FAILED.
+ *  Thread-safety: a handle may be used by several threads at once: it holds
+ *  only immutable device properties and an internally locked cache. */
+FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle);
+
+/** Destroy a handle. NULL is accepted and does nothing. Work already enqueued
+ *  with the handle is not affected. Thread-safety: no other thread may use
+ *  the handle during or after this call. */
+FNORM_API fnorm_status_t fnorm_destroy(fnorm_handle_t handle);
+
+/** The CUDA device ordinal the handle is bound to.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER. */
+FNORM_API fnorm_status_t fnorm_get_device(fnorm_handle_t handle, int *device);
+
+/* ------------------------------------------------------------------------ */
+/* Tensor descriptors                                                       */
+/* ------------------------------------------------------------------------ */
+
+/** Create an empty tensor descriptor (rank 0, not set). Needs no device.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED. */
+FNORM_API fnorm_status_t fnorm_tensor_desc_create(fnorm_tensor_desc_t *desc);
+
+/** Destroy a tensor descriptor. NULL is accepted. */
+FNORM_API fnorm_status_t fnorm_tensor_desc_destroy(fnorm_tensor_desc_t desc);
+
+/** Describe a tensor: element type, rank (1..FNORM_MAX_RANK), sizes
+ *  (each >= 1) and strides in elements (each >= 1). strides may be NULL for
+ *  a packed row-major tensor (the last dimension contiguous).
+ *  The number of elements must fit in int64_t.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (desc or dims); BAD_PARAM (bad
+ *  dtype, rank, size or stride, named in the message). On failure the
+ *  descriptor keeps its previous contents. */
+FNORM_API fnorm_status_t fnorm_tensor_desc_set(fnorm_tensor_desc_t desc, fnorm_dtype_t dtype,
+                                               int32_t rank, const int64_t *dims,
+                                               const int64_t *strides);
+
+/** Read a descriptor back. Any output pointer may be NULL; dims and strides,
+ *  when given, must hold max_rank entries and receive min(rank, max_rank).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (desc); BAD_PARAM (desc was never
+ *  set, or max_rank < 0). */
+FNORM_API fnorm_status_t fnorm_tensor_desc_get(fnorm_tensor_desc_t desc, fnorm_dtype_t *dtype,
+                                               int32_t *rank, int64_t *dims, int64_t *strides,
+                                               int32_t max_rank);
+
+/** Number of elements described (product of the sizes).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (never set). */
+FNORM_API fnorm_status_t fnorm_tensor_desc_get_elements(fnorm_tensor_desc_t desc,
+                                                        int64_t *elements);
+
+/* ------------------------------------------------------------------------ */
+/* Normalization descriptor (LayerNorm)                                     */
+/* ------------------------------------------------------------------------ */
+
+/** Create a normalization descriptor with defaults: LAYERNORM, normalizing
+ *  the last dimension (begin_norm_axis = -1), epsilon = 1e-5.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED. */
+FNORM_API fnorm_status_t fnorm_norm_desc_create(fnorm_norm_desc_t *desc);
+
+/** Destroy a normalization descriptor. NULL is accepted. */
+FNORM_API fnorm_status_t fnorm_norm_desc_destroy(fnorm_norm_desc_t desc);
+
+/** Set the normalization: mode; begin_norm_axis, the first normalized
+ *  dimension of x (dimensions [begin_norm_axis, rank) are normalized together
+ *  as one row of `cols` elements; the dimensions before it are rows; negative
+ *  values count from the end, -1 being the last dimension); epsilon (finite,
+ *  >= 0) added to the variance.
+ *  Only FNORM_NORM_LAYERNORM is implemented in this version: RMSNORM returns
+ *  NOT_SUPPORTED.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (mode, epsilon);
+ *  NOT_SUPPORTED. */
+FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_mode_t mode,
+                                             int32_t begin_norm_axis, double epsilon);
+
+/** Read a normalization descriptor back. Output pointers may be NULL. */
+FNORM_API fnorm_status_t fnorm_norm_desc_get(fnorm_norm_desc_t desc, fnorm_norm_mode_t *mode,
+                                             int32_t *begin_norm_axis, double *epsilon);
+
+/* ------------------------------------------------------------------------ */
+/* LayerNorm forward                                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Scratch bytes fnorm_layernorm_fwd needs for these arguments (0 today; ask
+ *  anyway, it may grow). Validates the same descriptor arguments as the
+ *  launch. Needs no device.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_layernorm_fwd. */
+FNORM_API fnorm_status_t fnorm_layernorm_fwd_workspace_size(fnorm_norm_desc_t norm,
+                                                            fnorm_tensor_desc_t x_desc,
+                                                            fnorm_tensor_desc_t y_desc,
+                                                            size_t *workspace_bytes);
+
+/** LayerNorm forward over the last `cols` elements of each row:
+ *    y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + epsilon)
+ *  with var the biased variance, computed in fp32 from x's values.
+ *
+ *  x_desc, y_desc: the same sizes and dtype (fp32, fp16 or bf16). The
+ *    normalized dimensions (see fnorm_norm_desc_set) must be packed; the row
+ *    dimensions may have any stride >= cols as long as they collapse into a
+ *    single row stride (as a slice of a larger tensor does). x and y need no
+ *    particular alignment: wider loads are used when the pointers and row
+ *    stride allow. x and y must not overlap (in-place y == x with equal
+ *    strides is allowed).
+ *  w_desc, gamma, beta: the affine parameters, each optional. gamma and beta
+ *    may be NULL independently (gamma = 1, beta = 0). When either is given,
+ *    w_desc describes both: packed, with the sizes of x's normalized
+ *    dimensions (or a single dimension of `cols`), same dtype as x. w_desc
+ *    may be NULL when both are NULL.
+ *  mean, rstd: optional fp32 outputs of `rows` elements each (rows = the
+ *    product of x's row dimensions), for backward; either may be NULL.
+ *  workspace, workspace_bytes: see fnorm_layernorm_fwd_workspace_size;
+ *    workspace may be NULL when the size is 0.
+ *
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (handle, norm, descriptors, x, y);
+ *  BAD_PARAM_SHAPE (x/y/w disagree); BAD_PARAM; INSUFFICIENT_WORKSPACE;
+ *  NOT_SUPPORTED (e.g. row dimensions that do not collapse into one stride);
+ *  NOT_SUPPORTED_BUILD (dtype left out of this build); CUDA_ERROR (the
+ *  launch failed; the message has CUDA's text).
+ *  Stream-ordered: enqueued on `stream`; returns before the work finishes.
+ *  Thread-safety: safe with a shared handle; descriptors are only read. */
+FNORM_API fnorm_status_t fnorm_layernorm_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                             fnorm_norm_desc_t norm,
+                                             fnorm_tensor_desc_t x_desc, const void *x,
+                                             fnorm_tensor_desc_t w_desc, const void *gamma,
+                                             const void *beta,
+                                             fnorm_tensor_desc_t y_desc, void *y,
+                                             float *mean, float *rstd,
+                                             void *workspace, size_t workspace_bytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FUSEDNORM_H */

@@ -1,0 +1,15 @@
+/* libfusednorm version: the single source of truth.
+ * meson.build reads these three macros (cc.get_define) for the project
+ * version and the soversion; fnorm_get_version() returns FNORM_VERSION. */
+#ifndef FUSEDNORM_VERSION_H
+#define FUSEDNORM_VERSION_H
+
+#define FNORM_VERSION_MAJOR 0
+#define FNORM_VERSION_MINOR 1
+#define FNORM_VERSION_PATCH 0
+
+/* Encoding (never changes): major * 10000 + minor * 100 + patch. */
+#define FNORM_VERSION \
+  (FNORM_VERSION_MAJOR * 10000 + FNORM_VERSION_MINOR * 100 + FNORM_VERSION_PATCH)
+
+#endif /* FUSEDNORM_VERSION_H */

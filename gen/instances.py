@@ -1,0 +1,112 @@
+"""The declarative instance list: which kernels libfusednorm compiles.
+
+Every kernel the runtime can dispatch to is one `Instance` here. Adding a
+dtype is one entry in DTYPES; adding a pack size or a register-tier width is
+one entry in the functions below. The runtime's dispatch table and the .cu
+instantiation files are rendered from this list by generate.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# name -> (C++ type, fnorm_dtype_t enumerator, bytes per element)
+DTYPES = {
+    "f32": ("float", "FNORM_DTYPE_FLOAT32", 4),
+    "f16": ("__half", "FNORM_DTYPE_FLOAT16", 2),
+    "bf16": ("__nv_bfloat16", "FNORM_DTYPE_BFLOAT16", 2),
+}
+
+# Kernel tiers, in the order of fnorm::Tier (src/kernels/params.hpp).
+TIERS = ("warp", "smem", "uncached")
+
+# Widest access is 16 bytes per thread (one LDG.128 / STG.128).
+MAX_PACK_BYTES = 16
+
+# The register tier keeps a row in registers: at most this many fp32 values
+# per thread (beyond it the block tiers are faster and spill-free).
+WARP_MAX_ELEMS_PER_THREAD = 32
+
+# Packs-per-thread counts for the register tier. The two widest packs of a
+# dtype are the fast paths and get the non-power-of-two counts too (so that
+# e.g. 768 or 1536 columns waste no registers); narrower packs only serve odd
+# column counts or misaligned pointers and get powers of two.
+_DENSE_NPACKS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+_POW2_NPACKS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True, order=True)
+class Instance:
+    op: str
+    dtype: str
+    pack: int
+    tier: str
+    npack: int = 0  # register tier only: packs held per thread
+
+    @property
+    def ctype(self) -> str:
+        return DTYPES[self.dtype][0]
+
+    @property
+    def dtype_enum(self) -> str:
+        return DTYPES[self.dtype][1]
+
+    @property
+    def tier_enum(self) -> str:
+        return {"warp": "Tier::Warp", "smem": "Tier::BlockSmem",
+                "uncached": "Tier::BlockUncached"}[self.tier]
+
+    @property
+    def name(self) -> str:
+        return procedural_name(self)
+
+
+def procedural_name(inst: Instance) -> str:
+    """The one stable name of an instance: file, symbol and table comment."""
+    name = f"{inst.op}_{inst.dtype}_p{inst.pack}_{inst.tier}"
+    if inst.tier == "warp":
+        name += f"_n{inst.npack}"
+    return name
+
+
+def packs_for(dtype: str) -> list[int]:
+    size = DTYPES[dtype][2]
+    packs, p = [], 1
+    while p * size <= MAX_PACK_BYTES:
+        packs.append(p)
+        p *= 2
+    return packs
+
+
+def warp_npacks(dtype: str, pack: int) -> list[int]:
+    widest = packs_for(dtype)[-2:]
+    candidates = _DENSE_NPACKS if pack in widest else _POW2_NPACKS
+    return [n for n in candidates if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
+
+
+def layernorm_fwd_instances(dtypes) -> list[Instance]:
+    out = []
+    for dt in dtypes:
+        for pack in packs_for(dt):
+            for n in warp_npacks(dt, pack):
+                out.append(Instance("layernorm_fwd", dt, pack, "warp", n))
+            out.append(Instance("layernorm_fwd", dt, pack, "smem"))
+            out.append(Instance("layernorm_fwd", dt, pack, "uncached"))
+    return out
+
+
+# op -> (instance function, template rendering one .cu file per dtype)
+OPS = {
+    "layernorm_fwd": (layernorm_fwd_instances, "layernorm_fwd.cu.jinja"),
+}
+
+
+def all_instances(dtypes=None) -> list[Instance]:
+    """Every instance of every op for the selected dtypes, sorted."""
+    chosen = list(DTYPES) if dtypes is None else list(dtypes)
+    unknown = [d for d in chosen if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"unknown dtype(s) {unknown}; known: {sorted(DTYPES)}")
+    out = []
+    for make, _template in OPS.values():
+        out.extend(make(chosen))
+    return sorted(out)

@@ -1,0 +1,136 @@
+// Device building blocks shared by every op: dtype conversion, vector packs,
+// and the one warp/block all-reduce (sum or Welford).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fnorm {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// fp32 is the compute type of every op.
+template <typename T>
+struct Convert;
+template <>
+struct Convert<float> {
+  __device__ __forceinline__ static float to_float(float v) { return v; }
+  __device__ __forceinline__ static float from_float(float v) { return v; }
+};
+template <>
+struct Convert<__half> {
+  __device__ __forceinline__ static float to_float(__half v) { return __half2float(v); }
+  __device__ __forceinline__ static __half from_float(float v) { return __float2half_rn(v); }
+};
+template <>
+struct Convert<__nv_bfloat16> {
+  __device__ __forceinline__ static float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ __forceinline__ static __nv_bfloat16 from_float(float v) {
+    return __float2bfloat16_rn(v);
+  }
+};
+
+// N elements moved as one access (16 bytes at most: LDG.128 / STG.128).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Assumptions: p is aligned to sizeof(T) * N.
+template <typename T, int N>
+__device__ __forceinline__ void load_pack(const T *p, float (&out)[N]) {
+  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N> *>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = Convert<T>::to_float(pk.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T *p, const float (&in)[N]) {
+  Pack<T, N> pk;
+#pragma unroll
+  for (int i = 0; i < N; ++i) pk.v[i] = Convert<T>::from_float(in[i]);
+  *reinterpret_cast<Pack<T, N> *>(p) = pk;
+}
+
+// Welford state: count, mean and sum of squared deviations (M2).
+// The count is fp32: exact up to 2^24 elements per row, and beyond that the
+// relative error it adds (< 2^-24 per merge) is below fp32 rounding anyway.
+struct Welford {
+  float mean;
+  float m2;
+  float n;
+};
+
+struct SumOp {
+  using Value = float;
+  __device__ __forceinline__ static float identity() { return 0.f; }
+  __device__ __forceinline__ static float combine(float a, float b) { return a + b; }
+  __device__ __forceinline__ static float shfl_xor(float v, int mask) {
+    return __shfl_xor_sync(kFullMask, v, mask);
+  }
+};
+
+struct WelfordOp {
+  using Value = Welford;
+  __device__ __forceinline__ static Welford identity() { return {0.f, 0.f, 0.f}; }
+  // Chan et al.'s pairwise merge; an empty side leaves the other unchanged.
+  __device__ __forceinline__ static Welford combine(Welford a, Welford b) {
+    const float n = a.n + b.n;
+    if (n == 0.f) return a;
+    const float delta = b.mean - a.mean;
+    const float fb = b.n / n;
+    return {a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.n * fb, n};
+  }
+  __device__ __forceinline__ static Welford shfl_xor(Welford v, int mask) {
+    return {__shfl_xor_sync(kFullMask, v.mean, mask), __shfl_xor_sync(kFullMask, v.m2, mask),
+            __shfl_xor_sync(kFullMask, v.n, mask)};
+  }
+};
+
+// All-reduce within aligned groups of `width` lanes (a power of two <= 32).
+// Every lane of the warp must call it (the shuffles use the full mask).
+template <class Op>
+__device__ __forceinline__ typename Op::Value group_allreduce(typename Op::Value v, int width) {
+  for (int mask = width >> 1; mask > 0; mask >>= 1) v = Op::combine(v, Op::shfl_xor(v, mask));
+  return v;
+}
+
+// All-reduce over the block; every thread gets the result. `scratch` holds 32
+// values in shared memory; the call may be repeated with the same scratch.
+// Every thread of the block must call it.
+template <class Op>
+__device__ __forceinline__ typename Op::Value block_allreduce(typename Op::Value v,
+                                                              typename Op::Value *scratch) {
+  v = group_allreduce<Op>(v, 32);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = (blockDim.x + 31) >> 5;
+  __syncthreads();  // earlier readers of scratch are done
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  // Each warp folds the per-warp partials itself: no broadcast round.
+  typename Op::Value r = lane < nwarps ? scratch[lane] : Op::identity();
+  return group_allreduce<Op>(r, 32);
+}
+
+// Fold N values held in registers into a Welford state (one division per
+// call instead of one per element: the exact two-pass mean/M2 of the chunk,
+// then one pairwise merge).
+template <int N>
+__device__ __forceinline__ Welford welford_chunk(Welford acc, const float (&v)[N]) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s += v[i];
+  const float m = s * (1.f / N);
+  float m2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m2 += (v[i] - m) * (v[i] - m);
+  return WelfordOp::combine(acc, Welford{m, m2, static_cast<float>(N)});
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace fnorm

@@ -1,0 +1,253 @@
+// LayerNorm forward: three tiers over one load/store functor pair.
+//
+//   Warp      cols <= 32 * NPACK * PACK: a group of `width` lanes (1..32)
+//             holds a row in registers; mean and variance are exact two-pass
+//             sums over registers (no division per element, and no
+//             E[x^2] - E[x]^2 cancellation).
+//   BlockSmem one block per row; the row is cached in shared memory as T,
+//             so x is read from device memory once; exact two-pass stats.
+//   BlockUncached
+//             one block per row when the row does not fit in shared memory;
+//             chunked Welford on the first read, normalize on the second.
+//
+// Fusions (residual add, casts, activations) go into the functors: the
+// kernels only move packs of fp32 values between them.
+#pragma once
+
+#include <algorithm>
+
+#include "common.cuh"
+#include "params.hpp"
+
+namespace fnorm {
+
+// Reads packs of x as fp32.
+template <typename T, int PACK>
+struct LoadRow {
+  const T *__restrict__ x;
+  int64_t row_stride;
+  __device__ __forceinline__ void load(float (&v)[PACK], int64_t row, int64_t col) const {
+    load_pack<T, PACK>(x + row * row_stride + col, v);
+  }
+};
+
+// Applies gamma/beta (each optional) to normalized values and writes y.
+template <typename T, int PACK>
+struct StoreAffine {
+  T *__restrict__ y;
+  int64_t row_stride;
+  const T *__restrict__ gamma;
+  const T *__restrict__ beta;
+  __device__ __forceinline__ void store(float (&v)[PACK], int64_t row, int64_t col) const {
+    if (gamma != nullptr) {
+      float g[PACK];
+      load_pack<T, PACK>(gamma + col, g);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] *= g[i];
+    }
+    if (beta != nullptr) {
+      float b[PACK];
+      load_pack<T, PACK>(beta + col, b);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] += b[i];
+    }
+    store_pack<T, PACK>(y + row * row_stride + col, v);
+  }
+};
+
+__device__ __forceinline__ void store_stats(const LayerNormFwdParams &p, int64_t row, float mean,
+                                            float rstd) {
+  if (p.mean != nullptr) p.mean[row] = mean;
+  if (p.rstd != nullptr) p.rstd[row] = rstd;
+}
+
+constexpr int kWarpTierBlock = 128;
+
+// Assumptions: blockDim.x == kWarpTierBlock; 1 << p.width_log2 lanes per row;
+// p.cols <= (1 << p.width_log2) * NPACK * PACK.
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(kWarpTierBlock)
+    layernorm_fwd_warp_kernel(LayerNormFwdParams p, Load load, Store store) {
+  const int width = 1 << p.width_log2;
+  const int lane = threadIdx.x & (width - 1);
+  const int groups_per_block = kWarpTierBlock >> p.width_log2;
+  const int group = threadIdx.x >> p.width_log2;
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  // The loop bound is block-uniform, so every lane reaches every shuffle;
+  // groups past the last row compute on zeros and store nothing.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + group;
+    const bool active = row < p.rows;
+    float v[NPACK][PACK];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (active && pk < packs_per_row) {
+        load.load(v[k], row, pk * PACK);
+      } else {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) v[k][i] = 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sum += v[k][i];
+    }
+    const float mean = group_allreduce<SumOp>(sum, width) * inv_cols;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (pk < packs_per_row) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
+      }
+    }
+    const float var = group_allreduce<SumOp>(sq, width) * inv_cols;
+    const float rstd = rsqrtf(var + p.eps);
+    if (!active) continue;
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (pk < packs_per_row) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
+        store.store(v[k], row, pk * PACK);
+      }
+    }
+    if (lane == 0) store_stats(p, row, mean, rstd);
+  }
+}
+
+// Assumptions: dynamic shared memory holds p.cols elements of T (16-byte
+// aligned); any blockDim.x that is a multiple of 32, up to 1024.
+template <typename T, int PACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    layernorm_fwd_smem_kernel(LayerNormFwdParams p, Load load, Store store) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *cache = reinterpret_cast<T *>(smem_raw);
+  __shared__ float scratch[32];
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    // Each thread touches only its own packs of the cache, so the cache
+    // needs no barrier of its own (block_allreduce has them).
+    float sum = 0.f;
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load.load(v, row, pk * PACK);
+      store_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sum += v[i];
+    }
+    // Stats come from the values as cached (rounded to T), i.e. exactly x's.
+    const float mean = block_allreduce<SumOp>(sum, scratch) * inv_cols;
+    float sq = 0.f;
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sq += (v[i] - mean) * (v[i] - mean);
+    }
+    const float rstd = rsqrtf(block_allreduce<SumOp>(sq, scratch) * inv_cols + p.eps);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      store.store(v, row, pk * PACK);
+    }
+    if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
+  }
+}
+
+template <typename T, int PACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    layernorm_fwd_uncached_kernel(LayerNormFwdParams p, Load load, Store store) {
+  __shared__ Welford scratch[32];
+  const int64_t packs_per_row = p.cols / PACK;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    Welford w = WelfordOp::identity();
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load.load(v, row, pk * PACK);
+      w = welford_chunk<PACK>(w, v);
+    }
+    w = block_allreduce<WelfordOp>(w, scratch);
+    const float mean = w.mean;
+    const float rstd = rsqrtf(w.m2 / static_cast<float>(p.cols) + p.eps);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load.load(v, row, pk * PACK);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      store.store(v, row, pk * PACK);
+    }
+    if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
+  }
+}
+
+// Block size for the one-block-per-row tiers: the most resident threads that
+// have a pack to work on, and the larger block at equal residency (fewer,
+// longer-lived blocks amortize the per-row reductions). A block is never
+// wider than the row's packs (rounded up to a warp), except 128 as a floor.
+template <class Kernel>
+cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
+                           int64_t packs_per_row, int *block, int *blocks_per_sm) {
+  const int64_t useful = std::max<int64_t>(128, ceil_div(packs_per_row, 32) * 32);
+  int64_t best_threads = 0;
+  *block = 0;
+  *blocks_per_sm = 0;
+  for (int b : {128, 256, 512, 1024}) {
+    if (b > useful) break;
+    int occ = 0;
+    cudaError_t err =
+        cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), b, smem, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t busy = static_cast<int64_t>(occ) * std::min<int64_t>(b, packs_per_row);
+    if (occ > 0 && busy >= best_threads) {
+      best_threads = busy;
+      *block = b;
+      *blocks_per_sm = occ;
+    }
+  }
+  return *block > 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_layernorm_fwd(const LayerNormFwdParams &p, const LaunchContext &ctx) {
+  using Load = LoadRow<T, PACK>;
+  using Store = StoreAffine<T, PACK>;
+  const Load load{static_cast<const T *>(p.x), p.x_row_stride};
+  const Store store{static_cast<T *>(p.y), p.y_row_stride, static_cast<const T *>(p.gamma),
+                    static_cast<const T *>(p.beta)};
+  const int64_t max_grid = 2147483647;
+  if constexpr (TIER == Tier::Warp) {
+    auto kernel = layernorm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
+    int occ = 0;
+    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+                                       kWarpTierBlock, 0, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t groups_per_block = kWarpTierBlock >> p.width_log2;
+    // A persistent grid: one wave of resident blocks strides over the rows.
+    const int64_t grid = std::min({ceil_div(p.rows, groups_per_block),
+                                   static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1),
+                                   max_grid});
+    kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
+  } else {
+    static_assert(NPACK == 0, "block tiers take no NPACK");
+    const size_t smem = TIER == Tier::BlockSmem ? static_cast<size_t>(p.cols) * sizeof(T) : 0;
+    auto kernel = TIER == Tier::BlockSmem ? layernorm_fwd_smem_kernel<T, PACK, Load, Store>
+                                          : layernorm_fwd_uncached_kernel<T, PACK, Load, Store>;
+    int block = 0, occ = 0;
+    cudaError_t err = pick_row_block(ctx, kernel, smem, p.cols / PACK, &block, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t grid =
+        std::min({p.rows, static_cast<int64_t>(ctx.dev.sm_count) * occ, max_grid});
+    kernel<<<static_cast<unsigned>(grid), block, smem, ctx.stream>>>(p, load, store);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fnorm

@@ -1,0 +1,85 @@
+#include <memory>
+
+#include "internal.hpp"
+
+namespace fnorm {
+
+DeviceGuard::DeviceGuard(int device) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice(handle's device)");
+    switched_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) (void)cudaSetDevice(previous_);
+}
+
+cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int *blocks_per_sm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_tuple(func, block, smem);
+  auto it = occupancy_.find(key);
+  if (it != occupancy_.end()) {
+    *blocks_per_sm = it->second;
+    return cudaSuccess;
+  }
+  // Kernels get more than the default 48 KiB of dynamic shared memory only
+  // after opting in; open each kernel once to the largest size asked so far.
+  constexpr size_t kDefaultSmem = 48 * 1024;
+  if (smem > kDefaultSmem) {
+    size_t &opened = smem_limit_[func];
+    if (smem > opened) {
+      cudaError_t err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+      if (err != cudaSuccess) return err;
+      opened = smem;
+    }
+  }
+  int occ = 0;
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, block, smem);
+  if (err != cudaSuccess) return err;
+  occupancy_.emplace(key, occ);
+  *blocks_per_sm = occ;
+  return cudaSuccess;
+}
+
+cudaError_t cached_occupancy(KernelCache *cache, const void *func, int block, size_t smem,
+                             int *blocks_per_sm) {
+  return cache->occupancy(func, block, smem, blocks_per_sm);
+}
+
+}  // namespace fnorm
+
+extern "C" {
+
+FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(handle);
+    int device = -1;
+    fnorm::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    cudaDeviceProp prop{};
+    fnorm::check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    auto h = std::make_unique<fnorm_handle>();
+    h->device = device;
+    h->info.sm_count = prop.multiProcessorCount;
+    h->info.max_smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+    h->info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+    *handle = h.release();
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_destroy(fnorm_handle_t handle) {
+  delete handle;
+  return FNORM_STATUS_SUCCESS;
+}
+
+FNORM_API fnorm_status_t fnorm_get_device(fnorm_handle_t handle, int *device) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(handle);
+    FNORM_REQUIRE_NOT_NULL(device);
+    *device = handle->device;
+  });
+}
+
+}  // extern "C"

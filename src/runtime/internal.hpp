@@ -1,0 +1,159 @@
+// Internal runtime: the API guard, argument checks, and the objects behind
+// the opaque handles. Nothing here is exported.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "fusednorm.h"
+#include "params.hpp"
+
+namespace fnorm {
+
+// An error on its way to the API boundary. Thrown only on failure paths;
+// api_guard() turns it into a status and the thread's last-error message.
+struct Error {
+  fnorm_status_t status;
+  std::string message;
+};
+
+std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void fail(fnorm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+// Record `message` as the calling thread's last error.
+void set_last_error(const std::string &message);
+
+// Turn a failed CUDA call into an Error naming what was being done.
+[[noreturn]] void fail_cuda(cudaError_t err, const char *what);
+inline void check_cuda(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) fail_cuda(err, what);
+}
+
+// Runs `body` (which returns nothing and throws Error on failure) and turns
+// every failure into a status, prefixing the message with the function name.
+// Nothing but a status crosses the ABI.
+template <class Body>
+fnorm_status_t api_guard(const char *func, Body &&body) noexcept {
+  try {
+    body();
+    return FNORM_STATUS_SUCCESS;
+  } catch (const Error &e) {
+    set_last_error(std::string(func) + ": " + e.message);
+    return e.status;
+  } catch (const std::bad_alloc &) {
+    set_last_error(std::string(func) + ": host memory allocation failed");
+    return FNORM_STATUS_ALLOC_FAILED;
+  } catch (...) {
+    set_last_error(std::string(func) + ": unexpected internal exception");
+    return FNORM_STATUS_INTERNAL_ERROR;
+  }
+}
+
+// Argument checks: the message names the argument and the failed condition.
+#define FNORM_REQUIRE_NOT_NULL(arg)                                                     \
+  do {                                                                                  \
+    if ((arg) == nullptr)                                                               \
+      ::fnorm::fail(FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", #arg); \
+  } while (0)
+
+#define FNORM_REQUIRE(cond, status, ...) \
+  do {                                   \
+    if (!(cond)) ::fnorm::fail(status, __VA_ARGS__); \
+  } while (0)
+
+const char *dtype_name(fnorm_dtype_t dtype);
+// Bytes per element, 0 for an unknown dtype.
+size_t dtype_size(fnorm_dtype_t dtype);
+
+// Makes the handle's device current for its lifetime, then restores the
+// caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+class KernelCache {
+ public:
+  cudaError_t occupancy(const void *func, int block, size_t smem, int *blocks_per_sm);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::tuple<const void *, int, size_t>, int> occupancy_;
+  std::map<const void *, size_t> smem_limit_;  // dynamic smem the kernel was opened to
+};
+
+}  // namespace fnorm
+
+struct fnorm_handle {
+  int device = 0;
+  fnorm::DeviceInfo info;
+  fnorm::KernelCache cache;
+};
+
+struct fnorm_tensor_desc {
+  bool is_set = false;
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+  int32_t rank = 0;
+  int64_t dims[FNORM_MAX_RANK] = {};
+  int64_t strides[FNORM_MAX_RANK] = {};
+};
+
+struct fnorm_norm_desc {
+  fnorm_norm_mode_t mode = FNORM_NORM_LAYERNORM;
+  int32_t begin_norm_axis = -1;
+  double epsilon = 1e-5;
+};
+
+namespace fnorm {
+
+// The [rows, cols] view of a normalization problem, after validation.
+struct RowView {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_row_stride = 0;
+  int64_t y_row_stride = 0;
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+};
+
+// Validates the descriptor arguments of a LayerNorm forward (everything the
+// size query sees) and returns the row view. Throws Error.
+RowView check_layernorm_fwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                                  const fnorm_tensor_desc *y_desc);
+
+// Validates the weight descriptor against the row view when gamma or beta is
+// given. Throws Error.
+void check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *x_desc,
+                       int32_t begin_axis, const RowView &view, bool needed);
+
+// Normalized begin axis in [0, rank), or throws naming `arg`.
+int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
+
+// The chosen kernel instance and its launch parameters.
+struct LayerNormFwdPlan {
+  const LayerNormFwdInstance *instance = nullptr;
+  int pack = 1;
+  Tier tier = Tier::Warp;
+  int npack = 0;
+  int width_log2 = 0;
+};
+
+// Picks pack, tier and instance for a problem; pointers decide the pack
+// through their alignment. Throws NOT_SUPPORTED_BUILD when no instance fits.
+LayerNormFwdPlan plan_layernorm_fwd(const RowView &view, const void *x, const void *y,
+                                    const void *gamma, const void *beta, size_t max_smem_optin);
+
+}  // namespace fnorm

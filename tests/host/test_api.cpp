@@ -1,0 +1,356 @@
+// Host (no GPU) tests of the public API and the runtime's choices:
+// descriptors, error reporting, validation, size queries, kernel planning.
+// White-box: links the library's objects to reach the planner and to build a
+// handle without a device.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "fusednorm.h"
+#include "internal.hpp"
+
+namespace {
+
+std::string last_error() {
+  const size_t n = fnorm_get_last_error_message(nullptr, 0);
+  std::string s(n + 1, '\0');
+  fnorm_get_last_error_message(&s[0], s.size());
+  s.resize(n);
+  return s;
+}
+
+bool last_error_mentions(const char *needle) {
+  const std::string e = last_error();
+  const bool ok = e.find(needle) != std::string::npos;
+  if (!ok) std::fprintf(stderr, "  last error was: %s\n  expected it to mention: %s\n", e.c_str(), needle);
+  return ok;
+}
+
+struct Desc {
+  fnorm_tensor_desc_t d = nullptr;
+  Desc() { fnorm_tensor_desc_create(&d); }
+  ~Desc() { fnorm_tensor_desc_destroy(d); }
+  fnorm_status_t set(fnorm_dtype_t t, std::vector<int64_t> dims, std::vector<int64_t> strides = {}) {
+    return fnorm_tensor_desc_set(d, t, static_cast<int32_t>(dims.size()), dims.data(),
+                                 strides.empty() ? nullptr : strides.data());
+  }
+};
+
+struct Norm {
+  fnorm_norm_desc_t d = nullptr;
+  Norm() { fnorm_norm_desc_create(&d); }
+  ~Norm() { fnorm_norm_desc_destroy(d); }
+};
+
+void test_version_and_strings() {
+  CHECK_EQ(fnorm_get_version(), static_cast<uint32_t>(FNORM_VERSION));
+  CHECK_EQ(FNORM_VERSION, FNORM_VERSION_MAJOR * 10000 + FNORM_VERSION_MINOR * 100 + FNORM_VERSION_PATCH);
+  const fnorm_status_t all[] = {
+      FNORM_STATUS_SUCCESS, FNORM_STATUS_BAD_PARAM, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+      FNORM_STATUS_BAD_PARAM_SHAPE, FNORM_STATUS_INSUFFICIENT_WORKSPACE,
+      FNORM_STATUS_NOT_SUPPORTED, FNORM_STATUS_NOT_SUPPORTED_BUILD, FNORM_STATUS_INTERNAL_ERROR,
+      FNORM_STATUS_ALLOC_FAILED, FNORM_STATUS_NO_DEVICE, FNORM_STATUS_CUDA_ERROR,
+      FNORM_STATUS_CUBLAS_ERROR, FNORM_STATUS_CUDNN_ERROR, FNORM_STATUS_NCCL_ERROR};
+  for (fnorm_status_t s : all) {
+    const char *str = fnorm_get_error_string(s);
+    CHECK(str != nullptr && std::strncmp(str, "FNORM_STATUS_", 13) == 0);
+    CHECK(std::string(str) != "FNORM_STATUS_UNKNOWN");
+  }
+  CHECK_EQ(std::string(fnorm_get_error_string(static_cast<fnorm_status_t>(12345))),
+           std::string("FNORM_STATUS_UNKNOWN"));
+  CHECK_EQ(fnorm_status_category(FNORM_STATUS_INSUFFICIENT_WORKSPACE), FNORM_STATUS_BAD_PARAM);
+  CHECK_EQ(fnorm_status_category(FNORM_STATUS_NOT_SUPPORTED_BUILD), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK_EQ(fnorm_status_category(FNORM_STATUS_NCCL_ERROR), FNORM_STATUS_CUDA_ERROR);
+  CHECK_EQ(fnorm_status_category(FNORM_STATUS_SUCCESS), FNORM_STATUS_SUCCESS);
+}
+
+void test_last_error_buffer() {
+  CHECK_STATUS(fnorm_tensor_desc_create(nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  const std::string full = last_error();
+  CHECK(full.find("fnorm_tensor_desc_create") != std::string::npos);
+  CHECK(full.find("'desc'") != std::string::npos);
+  char small[8];
+  std::memset(small, 'x', sizeof small);
+  const size_t n = fnorm_get_last_error_message(small, sizeof small);
+  CHECK_EQ(n, full.size());
+  CHECK_EQ(std::strlen(small), static_cast<size_t>(7));  // truncated, NUL-terminated
+  CHECK_EQ(fnorm_get_last_error_message(nullptr, 0), full.size());
+}
+
+void test_tensor_desc() {
+  Desc t;
+  int64_t dims[FNORM_MAX_RANK + 1] = {2, 3, 4, 5, 6, 7, 8, 9, 10};
+  CHECK_STATUS(fnorm_tensor_desc_get(t.d, nullptr, nullptr, nullptr, nullptr, 0), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("never set"));
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 0, dims, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'rank'"));
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, FNORM_MAX_RANK + 1, dims, nullptr),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, static_cast<fnorm_dtype_t>(7), 2, dims, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'dtype'"));
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'dims'"));
+  const int64_t zero[2] = {3, 0};
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, zero, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("dims[1]"));
+  const int64_t huge[3] = {int64_t{1} << 40, int64_t{1} << 30, 2};
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 3, huge, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("overflows"));
+  const int64_t bad_strides[2] = {4, 0};
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, dims, bad_strides), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("strides[1]"));
+  // A failed set leaves the descriptor unset.
+  CHECK_STATUS(fnorm_tensor_desc_get_elements(t.d, dims), FNORM_STATUS_BAD_PARAM);
+
+  CHECK_STATUS(t.set(FNORM_DTYPE_BFLOAT16, {2, 3, 4}), FNORM_STATUS_SUCCESS);
+  fnorm_dtype_t dt;
+  int32_t rank = 0;
+  int64_t gd[FNORM_MAX_RANK], gs[FNORM_MAX_RANK];
+  CHECK_STATUS(fnorm_tensor_desc_get(t.d, &dt, &rank, gd, gs, FNORM_MAX_RANK), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(dt, FNORM_DTYPE_BFLOAT16);
+  CHECK_EQ(rank, 3);
+  CHECK_EQ(gd[0], 2);
+  CHECK_EQ(gd[2], 4);
+  CHECK_EQ(gs[0], 12);  // packed row-major strides
+  CHECK_EQ(gs[1], 4);
+  CHECK_EQ(gs[2], 1);
+  int64_t n = 0;
+  CHECK_STATUS(fnorm_tensor_desc_get_elements(t.d, &n), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(n, 24);
+  // Explicit strides are kept; a failing set keeps the previous contents.
+  CHECK_STATUS(t.set(FNORM_DTYPE_FLOAT32, {2, 3}, {8, 1}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(t.set(FNORM_DTYPE_FLOAT32, {2, 3}, {8, -1}), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_tensor_desc_get(t.d, &dt, &rank, gd, gs, 1), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(gs[0], 8);
+  CHECK_EQ(rank, 2);
+  CHECK_STATUS(fnorm_tensor_desc_destroy(nullptr), FNORM_STATUS_SUCCESS);
+}
+
+void test_norm_desc() {
+  Norm n;
+  fnorm_norm_mode_t mode;
+  int32_t axis;
+  double eps;
+  CHECK_STATUS(fnorm_norm_desc_get(n.d, &mode, &axis, &eps), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(mode, FNORM_NORM_LAYERNORM);
+  CHECK_EQ(axis, -1);
+  CHECK_EQ(eps, 1e-5);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, -1.0), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'epsilon'"));
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, NAN), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, static_cast<fnorm_norm_mode_t>(9), -1, 1e-5), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'mode'"));
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_RMSNORM, -1, 1e-5), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 42, 1e-5), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'begin_norm_axis'"));
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -2, 1e-6), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_norm_desc_get(n.d, nullptr, &axis, &eps), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(axis, -2);
+  CHECK_EQ(eps, 1e-6);
+}
+
+void test_workspace_query_and_validation() {
+  Norm n;
+  Desc x, y, w;
+  size_t ws = 12345;
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(nullptr, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'norm'"));
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("x_desc"));
+  CHECK_EQ(ws, static_cast<size_t>(12345));  // untouched on failure
+
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  y.set(FNORM_DTYPE_FLOAT32, {4, 8, 768});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(last_error_mentions("dtype"));
+  y.set(FNORM_DTYPE_FLOAT16, {4, 8, 769});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(last_error_mentions("dims[2]"));
+  y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(ws, static_cast<size_t>(0));
+
+  // Row dimensions that collapse (a slice with padded rows) are accepted ...
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 1024, 1024, 1});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
+  fnorm::RowView v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  CHECK_EQ(v.rows, 32);
+  CHECK_EQ(v.cols, 768);
+  CHECK_EQ(v.x_row_stride, 1024);
+  CHECK_EQ(v.y_row_stride, 768);
+  // ... ones that do not collapse, or a strided normalized dimension, are not.
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {9 * 1024, 1024, 1});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK(last_error_mentions("collapse"));
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 1536, 1536, 2});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK(last_error_mentions("packed"));
+  // Overlapping output rows are a caller error.
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 512, 512, 1});
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("overlap"));
+  y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+
+  // begin_norm_axis = -2 normalizes the last two dimensions together.
+  fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -2, 1e-5);
+  v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  CHECK_EQ(v.rows, 4);
+  CHECK_EQ(v.cols, 8 * 768);
+  fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 0, 1e-5);
+  v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  CHECK_EQ(v.rows, 1);
+  CHECK_EQ(v.cols, 4 * 8 * 768);
+  fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -4, 1e-5);
+  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("begin_norm_axis"));
+  fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, 1e-5);
+
+  // The launch validates everything before touching the device: a fake
+  // handle (no GPU needed) reaches each check in turn.
+  fnorm_handle fake;
+  fake.device = 0;
+  fake.info.sm_count = 132;
+  fake.info.max_smem_optin = 227 * 1024;
+  alignas(16) static unsigned char buf[4096];
+  void *px = buf, *py = buf + 2048;
+  CHECK_STATUS(fnorm_layernorm_fwd(nullptr, nullptr, n.d, x.d, px, nullptr, nullptr, nullptr, y.d, py,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'handle'"));
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, nullptr, nullptr, nullptr, nullptr, y.d, py,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'x'"));
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, nullptr, nullptr, nullptr, y.d, nullptr,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'y'"));
+  // gamma given without a weight descriptor, or with a wrong one.
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, nullptr, px, nullptr, y.d, py,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("w_desc"));
+  w.set(FNORM_DTYPE_FLOAT16, {767});
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, px, nullptr, y.d, py,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(last_error_mentions("w_desc"));
+  w.set(FNORM_DTYPE_FLOAT32, {768});
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, nullptr, px, y.d, py,
+                                   nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_NOT_SUPPORTED);
+  CHECK(last_error_mentions("FLOAT32"));
+  // Partially overlapping x and y.
+  w.set(FNORM_DTYPE_FLOAT16, {768});
+  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, nullptr, nullptr, y.d,
+                                   buf + 64, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("overlap"));
+}
+
+void test_plan() {
+  alignas(16) static unsigned char buf[256];
+  fnorm::RowView v;
+  v.dtype = FNORM_DTYPE_FLOAT16;
+  v.rows = 49152;
+  const size_t smem = 227 * 1024;
+  struct Case {
+    fnorm_dtype_t dtype;
+    int64_t cols;
+    int offset;  // bytes added to x
+    int pack;
+    fnorm::Tier tier;
+  };
+  const Case cases[] = {
+      {FNORM_DTYPE_FLOAT16, 32, 0, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 1024, 0, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 1000, 0, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 1000, 2, 1, fnorm::Tier::Warp},  // misaligned x
+      {FNORM_DTYPE_FLOAT16, 1000, 4, 2, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 33, 0, 1, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 4096, 0, 8, fnorm::Tier::BlockSmem},
+      {FNORM_DTYPE_FLOAT16, 100000, 0, 8, fnorm::Tier::BlockSmem},
+      {FNORM_DTYPE_FLOAT16, 200000, 0, 8, fnorm::Tier::BlockUncached},
+      {FNORM_DTYPE_FLOAT32, 1, 0, 1, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT32, 1024, 0, 4, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT32, 1026, 0, 2, fnorm::Tier::BlockSmem},
+      {FNORM_DTYPE_FLOAT32, 65536, 0, 4, fnorm::Tier::BlockUncached},
+      {FNORM_DTYPE_BFLOAT16, 768, 8, 4, fnorm::Tier::Warp},
+  };
+  for (const Case &c : cases) {
+    v.dtype = c.dtype;
+    v.cols = c.cols;
+    v.x_row_stride = v.y_row_stride = c.cols;
+    const fnorm::LayerNormFwdPlan plan =
+        fnorm::plan_layernorm_fwd(v, buf + c.offset, buf, nullptr, nullptr, smem);
+    CHECK_EQ(plan.pack, c.pack);
+    CHECK_EQ(static_cast<int>(plan.tier), static_cast<int>(c.tier));
+    CHECK(plan.instance != nullptr && plan.instance->pack == c.pack && plan.instance->dtype == c.dtype);
+    if (plan.tier == fnorm::Tier::Warp) {
+      // The chosen group and packs per thread cover the row, and no smaller
+      // instance would.
+      const int64_t packs = c.cols / c.pack;
+      CHECK((int64_t{plan.npack} << plan.width_log2) >= packs);
+      CHECK(plan.width_log2 >= 0 && plan.width_log2 <= 5);
+    }
+  }
+  // A row stride that is not a multiple of the pack narrows the pack.
+  v.dtype = FNORM_DTYPE_FLOAT16;
+  v.cols = 1024;
+  v.x_row_stride = 1028;
+  v.y_row_stride = 1024;
+  CHECK_EQ(fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, smem).pack, 4);
+  // Misaligned gamma narrows it too.
+  v.x_row_stride = 1024;
+  CHECK_EQ(fnorm::plan_layernorm_fwd(v, buf, buf, buf + 2, nullptr, smem).pack, 1);
+}
+
+void test_dispatch_table() {
+  // Sorted, unique, and every entry names its own configuration.
+  CHECK(fnorm::kLayerNormFwdInstanceCount > 0);
+  for (size_t i = 0; i < fnorm::kLayerNormFwdInstanceCount; ++i) {
+    const fnorm::LayerNormFwdInstance &e = fnorm::kLayerNormFwdInstances[i];
+    CHECK(e.launch != nullptr);
+    CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
+    CHECK((e.tier == fnorm::Tier::Warp) == (e.npack > 0));
+    const std::string name = e.name;
+    CHECK(name.find("_p" + std::to_string(e.pack) + "_") != std::string::npos);
+    if (i > 0) CHECK(std::strcmp(fnorm::kLayerNormFwdInstances[i - 1].name, e.name) != 0);
+  }
+}
+
+void test_create_without_device() {
+  // On a machine with a GPU this creates a handle; without one it must say
+  // NO_DEVICE (or a CUDA error) and leave the output untouched.
+  fnorm_handle_t h = reinterpret_cast<fnorm_handle_t>(0x1);
+  const fnorm_status_t st = fnorm_create(&h);
+  if (st == FNORM_STATUS_SUCCESS) {
+    int dev = -1;
+    CHECK_STATUS(fnorm_get_device(h, &dev), FNORM_STATUS_SUCCESS);
+    CHECK(dev >= 0);
+    CHECK_STATUS(fnorm_destroy(h), FNORM_STATUS_SUCCESS);
+  } else {
+    CHECK(st == FNORM_STATUS_NO_DEVICE || st == FNORM_STATUS_CUDA_ERROR);
+    CHECK(h == reinterpret_cast<fnorm_handle_t>(0x1));
+    CHECK(last_error_mentions("fnorm_create"));
+  }
+  CHECK_STATUS(fnorm_destroy(nullptr), FNORM_STATUS_SUCCESS);
+}
+
+}  // namespace
+
+int main() {
+  test_version_and_strings();
+  test_last_error_buffer();
+  test_tensor_desc();
+  test_norm_desc();
+  test_workspace_query_and_validation();
+  test_plan();
+  test_dispatch_table();
+  test_create_without_device();
+  return fnorm_test::finish("host api");
+}

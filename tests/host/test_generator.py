@@ -1,0 +1,106 @@
+"""Host tests of the kernel generator (gen/): the instance list, names,
+rendering, the configure-time output list and incremental writes."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "gen"))
+
+import generate  # noqa: E402
+import instances  # noqa: E402
+
+
+class InstanceListTest(unittest.TestCase):
+    def test_names_unique_and_descriptive(self):
+        insts = instances.all_instances()
+        names = [i.name for i in insts]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertIn("layernorm_fwd_f16_p8_warp_n4", names)
+        self.assertIn("layernorm_fwd_f32_p4_smem", names)
+        self.assertIn("layernorm_fwd_bf16_p1_uncached", names)
+
+    def test_packs_never_exceed_16_bytes(self):
+        for i in instances.all_instances():
+            self.assertLessEqual(i.pack * instances.DTYPES[i.dtype][2], 16, i.name)
+
+    def test_register_tier_bounds(self):
+        for i in instances.all_instances():
+            if i.tier == "warp":
+                self.assertGreaterEqual(i.npack, 1)
+                self.assertLessEqual(i.npack * i.pack, instances.WARP_MAX_ELEMS_PER_THREAD)
+            else:
+                self.assertEqual(i.npack, 0)
+
+    def test_every_dtype_pack_has_all_tiers(self):
+        # The runtime relies on this: any (dtype, pack) can fall back to a
+        # block tier, and pack 1 (the misaligned path) always exists.
+        insts = instances.all_instances()
+        for dt in instances.DTYPES:
+            self.assertIn(1, instances.packs_for(dt))
+            for pack in instances.packs_for(dt):
+                tiers = {i.tier for i in insts if i.dtype == dt and i.pack == pack}
+                self.assertEqual(tiers, set(instances.TIERS), (dt, pack))
+                npacks = {i.npack for i in insts if i.dtype == dt and i.pack == pack and i.tier == "warp"}
+                self.assertIn(1, npacks)
+                # the register tier reaches 32 elements per thread
+                self.assertEqual(max(npacks) * pack, instances.WARP_MAX_ELEMS_PER_THREAD)
+
+    def test_sorted_and_trimmed(self):
+        insts = instances.all_instances(["f16"])
+        self.assertEqual(insts, sorted(insts))
+        self.assertEqual({i.dtype for i in insts}, {"f16"})
+        with self.assertRaises(ValueError):
+            instances.all_instances(["f64"])
+
+    def test_adding_a_dtype_is_one_entry(self):
+        saved = dict(instances.DTYPES)
+        try:
+            instances.DTYPES["f8"] = ("__nv_fp8_e4m3", "FNORM_DTYPE_FP8", 1)
+            insts = instances.all_instances(["f8"])
+            self.assertIn(16, {i.pack for i in insts})
+            self.assertIn("layernorm_fwd_f8.cu", generate.outputs(["f8"]))
+        finally:
+            instances.DTYPES.clear()
+            instances.DTYPES.update(saved)
+
+
+class RenderTest(unittest.TestCase):
+    def test_list_matches_rendered_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = subprocess.run([sys.executable, os.path.join(ROOT, "gen", "generate.py"), "--list",
+                                  "--dtypes", "f32,bf16"], capture_output=True, text=True, check=True)
+            listed = out.stdout.split()
+            generate.render_all(["f32", "bf16"], d)
+            self.assertEqual(sorted(listed), sorted(os.listdir(d)))
+
+    def test_render_is_deterministic_and_incremental(self):
+        with tempfile.TemporaryDirectory() as d:
+            first = generate.render_all(["f16"], d)
+            self.assertTrue(first)
+            stamp = {f: os.stat(os.path.join(d, f)).st_mtime_ns for f in os.listdir(d)}
+            self.assertEqual(generate.render_all(["f16"], d), [])  # nothing rewritten
+            self.assertEqual(stamp, {f: os.stat(os.path.join(d, f)).st_mtime_ns for f in os.listdir(d)})
+
+    def test_dispatch_table_contents(self):
+        with tempfile.TemporaryDirectory() as d:
+            generate.render_all(["f16"], d)
+            table = open(os.path.join(d, "dispatch_table.cpp")).read()
+            self.assertIn(generate.BANNER, table)
+            insts = instances.all_instances(["f16"])
+            for idx, i in enumerate(insts):
+                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}, \"{i.name}\"}}", table)
+            cu = open(os.path.join(d, "layernorm_fwd_f16.cu")).read()
+            self.assertEqual(cu.count("launch_layernorm_fwd<__half,"), len(insts))
+
+    def test_bad_dtype_is_a_clear_error(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "gen", "generate.py"), "--list",
+                            "--dtypes", "f64"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("unknown dtype", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,70 @@
+// Host tests of the test suite's own reference math and bit conversions, so
+// that the GPU tests compare against something known to be right.
+#include <cmath>
+#include <vector>
+
+#include "check.hpp"
+#include "halfbits.hpp"
+#include "reference.hpp"
+
+using namespace fnorm_test;
+
+int main() {
+  // LayerNorm of [1, 2, 3, 4]: mean 2.5, biased variance 1.25.
+  const double x[4] = {1, 2, 3, 4};
+  double y[4], mean, rstd;
+  layernorm_row_reference(x, 4, nullptr, nullptr, 0.0, y, &mean, &rstd);
+  CHECK_EQ(mean, 2.5);
+  CHECK(std::fabs(rstd - 1.0 / std::sqrt(1.25)) < 1e-15);
+  CHECK(std::fabs(y[0] + 1.5 / std::sqrt(1.25)) < 1e-15);
+  double s = 0, q = 0;
+  for (double v : y) s += v, q += v * v;
+  CHECK(std::fabs(s) < 1e-14);        // normalized: zero mean
+  CHECK(std::fabs(q / 4 - 1) < 1e-14);  // unit variance
+  // gamma/beta and epsilon.
+  const double g[4] = {2, 2, 2, 2}, b[4] = {1, 1, 1, 1};
+  double y2[4];
+  layernorm_row_reference(x, 4, g, b, 2.75, y2, nullptr, &rstd);
+  CHECK(std::fabs(rstd - 0.5) < 1e-15);  // 1/sqrt(1.25 + 2.75)
+  CHECK(std::fabs(y2[3] - (1.5 * 0.5 * 2 + 1)) < 1e-15);
+  // A constant row normalizes to beta; a large offset does not cancel.
+  const double c[3] = {7, 7, 7};
+  double yc[3];
+  layernorm_row_reference(c, 3, nullptr, b, 1e-5, yc, &mean, nullptr);
+  CHECK_EQ(yc[0], 1.0);
+  std::vector<double> big(1000), yb(1000);
+  for (int i = 0; i < 1000; ++i) big[i] = 1e4 + ((i % 2) ? 1.0 : -1.0);
+  layernorm_row_reference(big.data(), 1000, nullptr, nullptr, 0.0, yb.data(), &mean, &rstd);
+  CHECK(std::fabs(rstd - 1.0) < 1e-12);
+
+  // Tolerance: NaN and inf never pass.
+  CHECK(within(1.0005, 1.0, {0, 1e-3}));
+  CHECK(!within(1.01, 1.0, {0, 1e-3}));
+  CHECK(!within(NAN, 1.0, {1e9, 1e9}));
+  CHECK(!within(INFINITY, 1.0, {1e9, 1e9}));
+
+  // fp16 / bf16 conversions: exact values, rounding to nearest even, specials.
+  CHECK_EQ(half_to_float(0x3c00), 1.0f);
+  CHECK_EQ(half_to_float(0xc000), -2.0f);
+  CHECK_EQ(half_to_float(0x0001), 5.9604644775390625e-8f);  // smallest subnormal
+  CHECK_EQ(half_to_float(0x7bff), 65504.0f);
+  CHECK(std::isinf(half_to_float(0x7c00)));
+  CHECK(std::isnan(half_to_float(0xffff)));  // the tests' poison pattern
+  CHECK_EQ(float_to_half(1.0f), 0x3c00);
+  CHECK_EQ(float_to_half(1.0f + 1.0f / 2048), 0x3c00);       // tie -> even
+  CHECK_EQ(float_to_half(1.0f + 3.0f / 2048), 0x3c02);       // tie -> even (up)
+  CHECK_EQ(float_to_half(65520.0f), 0x7c00);                 // rounds to inf
+  CHECK_EQ(float_to_half(5.9604644775390625e-8f), 0x0001);
+  CHECK_EQ(float_to_half(-0.0f), 0x8000);
+  int round_trip_errors = 0;
+  for (uint32_t h = 0; h < 0x7c00; ++h)
+    round_trip_errors += float_to_half(half_to_float(static_cast<uint16_t>(h))) != h;
+  CHECK_EQ(round_trip_errors, 0);
+  CHECK_EQ(bf16_to_float(0x3f80), 1.0f);
+  CHECK(std::isnan(bf16_to_float(0xffff)));
+  CHECK_EQ(float_to_bf16(1.0f), 0x3f80);
+  CHECK_EQ(float_to_bf16(bits_to_float(0x3f808000u)), 0x3f80);  // tie -> even
+  CHECK_EQ(float_to_bf16(bits_to_float(0x3f818000u)), 0x3f82);  // tie -> even (up)
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  return finish("host reference");
+}
