@@ -17,7 +17,7 @@ DTYPES = {
 }
 
 # Kernel tiers, in the order of fnorm::Tier (src/kernels/params.hpp).
-TIERS = ("warp", "smem", "uncached")
+TIERS = ("warp", "smem", "uncached", "block")
 
 # Widest access is 16 bytes per thread (one LDG.128 / STG.128).
 MAX_PACK_BYTES = 16
@@ -53,7 +53,7 @@ class Instance:
     @property
     def tier_enum(self) -> str:
         return {"warp": "Tier::Warp", "smem": "Tier::BlockSmem",
-                "uncached": "Tier::BlockUncached"}[self.tier]
+                "uncached": "Tier::BlockUncached", "block": "Tier::BlockRegisters"}[self.tier]
 
     @property
     def name(self) -> str:
@@ -63,7 +63,7 @@ class Instance:
 def procedural_name(inst: Instance) -> str:
     """The one stable name of an instance: file, symbol and table comment."""
     name = f"{inst.op}_{inst.dtype}_p{inst.pack}_{inst.tier}"
-    if inst.tier == "warp":
+    if inst.tier in ("warp", "block"):
         name += f"_n{inst.npack}"
     return name
 
@@ -83,12 +83,25 @@ def warp_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in candidates if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
 
 
+# The register tiers aim at this many packs per thread: four independent
+# 16-byte loads in flight per thread before the first reduction (fewer left
+# the H200 latency-bound at 60% of copy bandwidth, 2026-11-22).
+TARGET_NPACK = 4
+
+# Block-register tier: packs per thread. NPACK * PACK <= 32 keeps 1024-thread
+# blocks within 64 registers per thread.
+def block_npacks(dtype: str, pack: int) -> list[int]:
+    return [n for n in (TARGET_NPACK, 2 * TARGET_NPACK) if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
+
+
 def layernorm_fwd_instances(dtypes) -> list[Instance]:
     out = []
     for dt in dtypes:
         for pack in packs_for(dt):
             for n in warp_npacks(dt, pack):
                 out.append(Instance("layernorm_fwd", dt, pack, "warp", n))
+            for n in block_npacks(dt, pack):
+                out.append(Instance("layernorm_fwd", dt, pack, "block", n))
             out.append(Instance("layernorm_fwd", dt, pack, "smem"))
             out.append(Instance("layernorm_fwd", dt, pack, "uncached"))
     return out

@@ -4,6 +4,9 @@
 //             holds a row in registers; mean and variance are exact two-pass
 //             sums over registers (no division per element, and no
 //             E[x^2] - E[x]^2 cancellation).
+//   BlockRegisters
+//             cols <= 1024 * NPACK * PACK: one block per row, the row in
+//             registers, the same two-pass statistics with block reductions.
 //   BlockSmem one block per row; the row is cached in shared memory as T,
 //             so x is read from device memory once; exact two-pass stats.
 //   BlockUncached
@@ -63,6 +66,54 @@ __device__ __forceinline__ void store_stats(const LayerNormFwdParams &p, int64_t
 
 constexpr int kWarpTierBlock = 128;
 
+// One row held in registers by `width` threads (lane 0..width-1), NPACK packs
+// each, pack k of lane l at column (k * width + l) * PACK (coalesced).
+// `allreduce` sums a float over the threads sharing the row. Exact two-pass
+// statistics over the registers.
+template <typename T, int PACK, int NPACK, class Load, class Store, class AllReduce>
+__device__ __forceinline__ void layernorm_row_registers(const LayerNormFwdParams &p, const Load &load,
+                                                        const Store &store, int64_t row, bool active,
+                                                        int lane, int width, AllReduce allreduce) {
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  float v[NPACK][PACK];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (active && pk < packs_per_row) {
+      load.load(v[k], row, pk * PACK);
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[k][i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) sum += v[k][i];
+  }
+  const float mean = allreduce(sum) * inv_cols;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
+    }
+  }
+  const float rstd = rsqrtf(allreduce(sq) * inv_cols + p.eps);
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
+      store.store(v[k], row, pk * PACK);
+    }
+  }
+  if (lane == 0) store_stats(p, row, mean, rstd);
+}
+
 // Assumptions: blockDim.x == kWarpTierBlock; 1 << p.width_log2 lanes per row;
 // p.cols <= (1 << p.width_log2) * NPACK * PACK.
 template <typename T, int PACK, int NPACK, class Load, class Store>
@@ -72,51 +123,28 @@ __global__ void __launch_bounds__(kWarpTierBlock)
   const int lane = threadIdx.x & (width - 1);
   const int groups_per_block = kWarpTierBlock >> p.width_log2;
   const int group = threadIdx.x >> p.width_log2;
-  const int64_t packs_per_row = p.cols / PACK;
-  const float inv_cols = 1.f / static_cast<float>(p.cols);
   // The loop bound is block-uniform, so every lane reaches every shuffle;
   // groups past the last row compute on zeros and store nothing.
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + group;
-    const bool active = row < p.rows;
-    float v[NPACK][PACK];
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < NPACK; ++k) {
-      const int64_t pk = static_cast<int64_t>(k) * width + lane;
-      if (active && pk < packs_per_row) {
-        load.load(v[k], row, pk * PACK);
-      } else {
-#pragma unroll
-        for (int i = 0; i < PACK; ++i) v[k][i] = 0.f;
-      }
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) sum += v[k][i];
-    }
-    const float mean = group_allreduce<SumOp>(sum, width) * inv_cols;
-    float sq = 0.f;
-#pragma unroll
-    for (int k = 0; k < NPACK; ++k) {
-      const int64_t pk = static_cast<int64_t>(k) * width + lane;
-      if (pk < packs_per_row) {
-#pragma unroll
-        for (int i = 0; i < PACK; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
-      }
-    }
-    const float var = group_allreduce<SumOp>(sq, width) * inv_cols;
-    const float rstd = rsqrtf(var + p.eps);
-    if (!active) continue;
-#pragma unroll
-    for (int k = 0; k < NPACK; ++k) {
-      const int64_t pk = static_cast<int64_t>(k) * width + lane;
-      if (pk < packs_per_row) {
-#pragma unroll
-        for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
-        store.store(v[k], row, pk * PACK);
-      }
-    }
-    if (lane == 0) store_stats(p, row, mean, rstd);
+    layernorm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
+                                            [width](float v) { return group_allreduce<SumOp>(v, width); });
+  }
+}
+
+// One block per row, the row in registers. Blocks of up to 1024 threads at
+// NPACK * PACK <= 32 values per thread stay within 64 registers.
+// Assumptions: blockDim.x is a multiple of 32; p.cols <= blockDim.x * NPACK * PACK.
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    layernorm_fwd_block_kernel(LayerNormFwdParams p, Load load, Store store) {
+  __shared__ float scratch_storage[32];
+  float *scratch = scratch_storage;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    layernorm_row_registers<T, PACK, NPACK>(
+        p, load, store, row, true, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
+        [scratch](float v) { return block_allreduce<SumOp>(v, scratch); });
   }
 }
 
@@ -235,6 +263,17 @@ cudaError_t launch_layernorm_fwd(const LayerNormFwdParams &p, const LaunchContex
                                    static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1),
                                    max_grid});
     kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    static_assert(NPACK * PACK <= 32, "more than 32 values per thread would spill at 1024 threads");
+    auto kernel = layernorm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
+    int occ = 0;
+    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+                                       p.block_threads, 0, &occ);
+    if (err != cudaSuccess) return err;
+    if (occ == 0) return cudaErrorInvalidConfiguration;
+    const int64_t grid =
+        std::min({p.rows, static_cast<int64_t>(ctx.dev.sm_count) * occ, max_grid});
+    kernel<<<static_cast<unsigned>(grid), p.block_threads, 0, ctx.stream>>>(p, load, store);
   } else {
     static_assert(NPACK == 0, "block tiers take no NPACK");
     const size_t smem = TIER == Tier::BlockSmem ? static_cast<size_t>(p.cols) * sizeof(T) : 0;

@@ -36,6 +36,7 @@ enum class Tier : int {
   Warp = 0,           // a group of 1..32 lanes per row, the row in registers
   BlockSmem = 1,      // one block per row, the row cached in shared memory
   BlockUncached = 2,  // one block per row, x read twice (second time mostly from L2)
+  BlockRegisters = 3, // one block per row, the row in registers
 };
 
 // Assumptions: x/y/gamma/beta are aligned to pack * sizeof(T); cols and both
@@ -53,7 +54,8 @@ struct LayerNormFwdParams {
   int64_t x_row_stride = 0;  // elements
   int64_t y_row_stride = 0;  // elements
   float eps = 0.f;
-  int width_log2 = 0;  // register tier: log2 of the lanes that share a row
+  int width_log2 = 0;     // warp tier: log2 of the lanes that share a row
+  int block_threads = 0;  // block-register tier: threads per block (a multiple of 32)
 };
 
 using LayerNormFwdLaunchFn = cudaError_t (*)(const LayerNormFwdParams &, const LaunchContext &);

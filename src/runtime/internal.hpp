@@ -149,6 +149,7 @@ struct LayerNormFwdPlan {
   Tier tier = Tier::Warp;
   int npack = 0;
   int width_log2 = 0;
+  int block_threads = 0;
 };
 
 // Picks pack, tier and instance for a problem; pointers decide the pack

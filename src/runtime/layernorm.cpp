@@ -146,10 +146,12 @@ LayerNormFwdPlan plan_layernorm_fwd(const RowView &view, const void *x, const vo
     }
   }
   const int64_t packs = view.cols / plan.pack;
-  // Register tier: the narrowest power-of-two group that, with the fewest
-  // packs per thread available, covers the row.
+  // Register tiers aim at kTargetNpack packs per thread (independent loads
+  // in flight before the first reduction): the narrowest power-of-two group
+  // that gets there, then the fewest packs per thread that cover the row.
+  constexpr int64_t kTargetNpack = 4;
   int width_log2 = 0;
-  while ((int64_t{1} << width_log2) < packs && width_log2 < 5) ++width_log2;
+  while ((int64_t{kTargetNpack} << width_log2) < packs && width_log2 < 5) ++width_log2;
   const int64_t need = (packs + (int64_t{1} << width_log2) - 1) >> width_log2;
   const LayerNormFwdInstance *best = nullptr;
   for (size_t i = 0; i < kLayerNormFwdInstanceCount; ++i) {
@@ -163,13 +165,30 @@ LayerNormFwdPlan plan_layernorm_fwd(const RowView &view, const void *x, const vo
     plan.npack = best->npack;
     plan.width_log2 = width_log2;
   } else {
-    // Static shared memory of the block kernels (reduction scratch) is small;
-    // keep 1 KiB of margin for it.
-    const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * elem;
-    plan.tier = row_bytes + 1024 <= max_smem_optin ? Tier::BlockSmem : Tier::BlockUncached;
+    // Block-register tier: the fewest packs per thread whose block (a whole
+    // number of warps) holds the row in at most 1024 threads.
     for (size_t i = 0; i < kLayerNormFwdInstanceCount; ++i) {
       const LayerNormFwdInstance &c = kLayerNormFwdInstances[i];
-      if (c.dtype == view.dtype && c.pack == plan.pack && c.tier == plan.tier) best = &c;
+      if (c.dtype != view.dtype || c.pack != plan.pack || c.tier != Tier::BlockRegisters) continue;
+      const int64_t threads = (packs + c.npack - 1) / c.npack;
+      const int64_t block = (threads + 31) / 32 * 32;
+      if (block <= 1024 && (best == nullptr || c.npack < best->npack)) {
+        best = &c;
+        plan.block_threads = static_cast<int>(block);
+      }
+    }
+    if (best != nullptr) {
+      plan.tier = Tier::BlockRegisters;
+      plan.npack = best->npack;
+    } else {
+      // Static shared memory of the block kernels (reduction scratch) is
+      // small; keep 1 KiB of margin for it.
+      const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * elem;
+      plan.tier = row_bytes + 1024 <= max_smem_optin ? Tier::BlockSmem : Tier::BlockUncached;
+      for (size_t i = 0; i < kLayerNormFwdInstanceCount; ++i) {
+        const LayerNormFwdInstance &c = kLayerNormFwdInstances[i];
+        if (c.dtype == view.dtype && c.pack == plan.pack && c.tier == plan.tier) best = &c;
+      }
     }
   }
   FNORM_REQUIRE(best != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
@@ -238,6 +257,7 @@ FNORM_API fnorm_status_t fnorm_layernorm_fwd(fnorm_handle_t handle, fnorm_stream
     p.y_row_stride = v.y_row_stride;
     p.eps = static_cast<float>(norm->epsilon);
     p.width_log2 = plan.width_log2;
+    p.block_threads = plan.block_threads;
     fnorm::LaunchContext ctx;
     ctx.dev = handle->info;
     ctx.cache = &handle->cache;

@@ -371,7 +371,7 @@ int main() {
       run_case(ctx, {dt, 513, cols, kGammaBeta, 0, 0, 0, true, false});
       run_case(ctx, {dt, 65, cols, kGammaBeta, 0, 0, 0, false, true});
     }
-    for (int64_t cols : {65536, 100000, 131072, 262144}) run_case(ctx, {dt, 17, cols, kGammaBeta, 0, 0, 0, false, false});
+    for (int64_t cols : {40000, 65536, 100000, 131072, 262144}) run_case(ctx, {dt, 17, cols, kGammaBeta, 0, 0, 0, false, false});
     std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
   }
   run_huge_case(ctx, FNORM_DTYPE_FLOAT16, 1024);   // register tier

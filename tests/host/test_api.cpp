@@ -272,12 +272,17 @@ void test_plan() {
       {FNORM_DTYPE_FLOAT16, 1000, 2, 1, fnorm::Tier::Warp},  // misaligned x
       {FNORM_DTYPE_FLOAT16, 1000, 4, 2, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT16, 33, 0, 1, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 4096, 0, 8, fnorm::Tier::BlockSmem},
+      {FNORM_DTYPE_FLOAT16, 4096, 0, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 32768, 0, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 32768, 2, 1, fnorm::Tier::BlockSmem},  // 32768 packs of 1: too many for registers
+      {FNORM_DTYPE_FLOAT16, 40000, 0, 8, fnorm::Tier::BlockSmem},
       {FNORM_DTYPE_FLOAT16, 100000, 0, 8, fnorm::Tier::BlockSmem},
       {FNORM_DTYPE_FLOAT16, 200000, 0, 8, fnorm::Tier::BlockUncached},
       {FNORM_DTYPE_FLOAT32, 1, 0, 1, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT32, 1024, 0, 4, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT32, 1026, 0, 2, fnorm::Tier::BlockSmem},
+      {FNORM_DTYPE_FLOAT32, 1026, 0, 2, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT32, 32768, 0, 4, fnorm::Tier::BlockRegisters},  // 8 packs of 4 x 1024 threads
+      {FNORM_DTYPE_FLOAT32, 40000, 0, 4, fnorm::Tier::BlockSmem},
       {FNORM_DTYPE_FLOAT32, 65536, 0, 4, fnorm::Tier::BlockUncached},
       {FNORM_DTYPE_BFLOAT16, 768, 8, 4, fnorm::Tier::Warp},
   };
@@ -296,6 +301,13 @@ void test_plan() {
       const int64_t packs = c.cols / c.pack;
       CHECK((int64_t{plan.npack} << plan.width_log2) >= packs);
       CHECK(plan.width_log2 >= 0 && plan.width_log2 <= 5);
+    }
+    if (plan.tier == fnorm::Tier::BlockRegisters) {
+      const int64_t packs = c.cols / c.pack;
+      CHECK_EQ(plan.block_threads % 32, 0);
+      CHECK(plan.block_threads <= 1024);
+      CHECK(int64_t{plan.block_threads} * plan.npack >= packs);
+      CHECK(int64_t{plan.block_threads - 32} * plan.npack < packs);  // no whole idle warp
     }
   }
   // A row stride that is not a multiple of the pack narrows the pack.
@@ -316,7 +328,7 @@ void test_dispatch_table() {
     const fnorm::LayerNormFwdInstance &e = fnorm::kLayerNormFwdInstances[i];
     CHECK(e.launch != nullptr);
     CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
-    CHECK((e.tier == fnorm::Tier::Warp) == (e.npack > 0));
+    CHECK((e.tier == fnorm::Tier::Warp || e.tier == fnorm::Tier::BlockRegisters) == (e.npack > 0));
     const std::string name = e.name;
     CHECK(name.find("_p" + std::to_string(e.pack) + "_") != std::string::npos);
     if (i > 0) CHECK(std::strcmp(fnorm::kLayerNormFwdInstances[i - 1].name, e.name) != 0);
