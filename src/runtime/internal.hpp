@@ -155,6 +155,6 @@ struct LayerNormFwdPlan {
 // Picks pack, tier and instance for a problem; pointers decide the pack
 // through their alignment. Throws NOT_SUPPORTED_BUILD when no instance fits.
 LayerNormFwdPlan plan_layernorm_fwd(const RowView &view, const void *x, const void *y,
-                                    const void *gamma, const void *beta, size_t max_smem_optin);
+                                    const void *gamma, const void *beta, const DeviceInfo &dev);
 
 }  // namespace fnorm

@@ -2,6 +2,7 @@
 // descriptors, error reporting, validation, size queries, kernel planning.
 // White-box: links the library's objects to reach the planner and to build a
 // handle without a device.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -257,7 +258,11 @@ void test_plan() {
   fnorm::RowView v;
   v.dtype = FNORM_DTYPE_FLOAT16;
   v.rows = 49152;
-  const size_t smem = 227 * 1024;
+  fnorm::DeviceInfo dev;  // an H200
+  dev.sm_count = 132;
+  dev.max_smem_optin = 227 * 1024;
+  dev.max_threads_per_sm = 2048;
+  const fnorm::DeviceInfo &smem = dev;
   struct Case {
     fnorm_dtype_t dtype;
     int64_t cols;
@@ -301,6 +306,7 @@ void test_plan() {
       const int64_t packs = c.cols / c.pack;
       CHECK((int64_t{plan.npack} << plan.width_log2) >= packs);
       CHECK(plan.width_log2 >= 0 && plan.width_log2 <= 5);
+      CHECK((int64_t{1} << plan.width_log2) <= std::max<int64_t>(packs, 1) || plan.width_log2 == 0);
     }
     if (plan.tier == fnorm::Tier::BlockRegisters) {
       const int64_t packs = c.cols / c.pack;
@@ -310,6 +316,25 @@ void test_plan() {
       CHECK(int64_t{plan.block_threads - 32} * plan.npack < packs);  // no whole idle warp
     }
   }
+  // Group width: 4 packs per lane when rows fill the GPU, wider when they do not.
+  v.dtype = FNORM_DTYPE_FLOAT16;
+  v.cols = 256;  // 32 packs of 8
+  v.x_row_stride = v.y_row_stride = 256;
+  v.rows = 1 << 20;
+  fnorm::LayerNormFwdPlan pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  CHECK_EQ(pl.width_log2, 3);
+  CHECK_EQ(pl.npack, 4);
+  v.rows = 7;
+  pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  CHECK_EQ(pl.width_log2, 5);
+  CHECK_EQ(pl.npack, 1);
+  v.cols = 32;  // 4 packs: never more lanes than packs
+  v.x_row_stride = v.y_row_stride = 32;
+  v.rows = 49152;
+  pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  CHECK_EQ(pl.width_log2, 2);
+  CHECK_EQ(pl.npack, 1);
+  v.rows = 49152;
   // A row stride that is not a multiple of the pack narrows the pack.
   v.dtype = FNORM_DTYPE_FLOAT16;
   v.cols = 1024;
