@@ -27,11 +27,14 @@ python3 - "$build/meson-logs/testlog.json" <<'PY'
 import json, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
 for line in open(sys.argv[1]):
-    r = json.loads(line).get("result", "")
+    t = json.loads(line)
+    r = t.get("result", "")
     if r in ("OK", "EXPECTEDFAIL"):
         counts["OK"] += 1
     elif r == "SKIP":
         counts["SKIP"] += 1
+        why = [l for l in (t.get("stdout") or "").splitlines() if l.strip()]
+        print(f"SKIP {t.get('name')}: {why[-1] if why else 'no reason printed'}")
     else:
         counts["FAIL"] += 1
 print(f"tests: {counts['OK']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
