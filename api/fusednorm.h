@@ -10,8 +10,8 @@
  *    memory, and may be captured in a CUDA graph.
  *  - Scratch memory comes from the caller: ask ..._workspace_size(), allocate
  *    at least that many bytes on the handle's device, pass it to the launch.
- *    Size queries depend only on their arguments (not on the GPU), need no
- *    device and no handle, so memory can be planned ahead of time.
+ *    Size queries take the handle (the answer may depend on its device's
+ *    properties) but never touch the GPU and enqueue nothing.
  *  - Optional inputs and outputs are NULL-able where documented.
  *  - Handles and descriptors are opaque; destroy functions accept NULL.
  *
@@ -81,7 +81,7 @@ typedef enum fnorm_dtype {
 /** Normalization over the last dimensions of a tensor. */
 typedef enum fnorm_norm_mode {
   FNORM_NORM_LAYERNORM = 0, /* y = (x - mean) * rstd * gamma + beta */
-  FNORM_NORM_RMSNORM = 1    /* y = x * rrms * gamma (reserved; see fnorm_norm_desc_set) */
+  FNORM_NORM_RMSNORM = 1    /* y = x * rrms * gamma */
 } fnorm_norm_mode_t;
 
 /** Largest tensor rank a descriptor holds. */
@@ -178,26 +178,32 @@ FNORM_API fnorm_status_t fnorm_tensor_desc_get_elements(fnorm_tensor_desc_t desc
                                                         int64_t *elements);
 
 /* ------------------------------------------------------------------------ */
-/* Normalization descriptor (LayerNorm)                                     */
+/* Normalization descriptor (LayerNorm / RMSNorm over the last dimensions)  */
 /* ------------------------------------------------------------------------ */
 
+/** Flags of a normalization descriptor (bitwise OR). */
+typedef enum fnorm_norm_flag {
+  FNORM_NORM_FLAG_NONE = 0,
+  /** gamma is stored zero-centred: the scale applied is (1 + gamma), as in
+   *  Gemma-style models and Transformer Engine's zero_centered_gamma. */
+  FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA = 1
+} fnorm_norm_flag_t;
+
 /** Create a normalization descriptor with defaults: LAYERNORM, normalizing
- *  the last dimension (begin_norm_axis = -1), epsilon = 1e-5.
+ *  the last dimension (begin_norm_axis = -1), epsilon = 1e-5, no flags.
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED. */
 FNORM_API fnorm_status_t fnorm_norm_desc_create(fnorm_norm_desc_t *desc);
 
 /** Destroy a normalization descriptor. NULL is accepted. */
 FNORM_API fnorm_status_t fnorm_norm_desc_destroy(fnorm_norm_desc_t desc);
 
-/** Set the normalization: mode; begin_norm_axis, the first normalized
- *  dimension of x (dimensions [begin_norm_axis, rank) are normalized together
- *  as one row of `cols` elements; the dimensions before it are rows; negative
- *  values count from the end, -1 being the last dimension); epsilon (finite,
- *  >= 0) added to the variance.
- *  Only FNORM_NORM_LAYERNORM is implemented in this version: RMSNORM returns
- *  NOT_SUPPORTED.
- *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (mode, epsilon);
- *  NOT_SUPPORTED. */
+/** Set the normalization: mode (LAYERNORM or RMSNORM); begin_norm_axis, the
+ *  first normalized dimension of x (dimensions [begin_norm_axis, rank) are
+ *  normalized together as one row of `cols` elements; the dimensions before
+ *  it are rows; negative values count from the end, -1 being the last
+ *  dimension); epsilon (finite, >= 0, representable in fp32) added to the
+ *  variance (LayerNorm) or the mean square (RMSNorm). Flags are kept.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (mode, axis, epsilon). */
 FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_mode_t mode,
                                              int32_t begin_norm_axis, double epsilon);
 
@@ -205,55 +211,113 @@ FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_
 FNORM_API fnorm_status_t fnorm_norm_desc_get(fnorm_norm_desc_t desc, fnorm_norm_mode_t *mode,
                                              int32_t *begin_norm_axis, double *epsilon);
 
+/** Set the descriptor's flags (fnorm_norm_flag_t values ORed).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (unknown bits). */
+FNORM_API fnorm_status_t fnorm_norm_desc_set_flags(fnorm_norm_desc_t desc, uint32_t flags);
+
+/** Read the descriptor's flags. Returns SUCCESS; BAD_PARAM_NULL_POINTER. */
+FNORM_API fnorm_status_t fnorm_norm_desc_get_flags(fnorm_norm_desc_t desc, uint32_t *flags);
+
 /* ------------------------------------------------------------------------ */
-/* LayerNorm forward                                                        */
+/* Normalization forward (LayerNorm / RMSNorm, optional residual add)        */
 /* ------------------------------------------------------------------------ */
 
-/** Scratch bytes fnorm_layernorm_fwd needs for these arguments (0 today; ask
- *  anyway, it may grow). Validates the same descriptor arguments as the
- *  launch. Needs no device.
- *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_layernorm_fwd. */
-FNORM_API fnorm_status_t fnorm_layernorm_fwd_workspace_size(fnorm_norm_desc_t norm,
-                                                            fnorm_tensor_desc_t x_desc,
-                                                            fnorm_tensor_desc_t y_desc,
-                                                            size_t *workspace_bytes);
+/** Scratch bytes fnorm_norm_fwd needs for these arguments on the handle's
+ *  device (0 today; ask anyway). Validates the same descriptor arguments as
+ *  the launch. Touches no GPU: the handle only supplies device properties.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_norm_fwd. */
+FNORM_API fnorm_status_t fnorm_norm_fwd_workspace_size(fnorm_handle_t handle,
+                                                       fnorm_norm_desc_t norm,
+                                                       fnorm_tensor_desc_t x_desc,
+                                                       fnorm_tensor_desc_t y_desc,
+                                                       size_t *workspace_bytes);
 
-/** LayerNorm forward over the last `cols` elements of each row:
- *    y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + epsilon)
- *  with var the biased variance, computed in fp32 from x's values.
+/** Normalization forward over the last `cols` elements of each row, fp32 math:
+ *    LAYERNORM: y = (s - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
+ *    RMSNORM:   y = s * rrms * gamma,              rrms = 1/sqrt(mean(s^2) + eps)
+ *  with s = x, or s = x + residual (rounded to x's dtype) when residual is
+ *  given ("add & norm"); var is the biased variance. With the
+ *  ZERO_CENTERED_GAMMA flag the scale is (1 + gamma).
  *
  *  x_desc, y_desc: the same sizes and dtype (fp32, fp16 or bf16). The
- *    normalized dimensions (see fnorm_norm_desc_set) must be packed; the row
- *    dimensions may have any stride >= cols as long as they collapse into a
- *    single row stride (as a slice of a larger tensor does). x and y need no
- *    particular alignment: wider loads are used when the pointers and row
- *    stride allow. x and y must not overlap (in-place y == x with equal
- *    strides is allowed).
- *  w_desc, gamma, beta: the affine parameters, each optional. gamma and beta
- *    may be NULL independently (gamma = 1, beta = 0). When either is given,
- *    w_desc describes both: packed, with the sizes of x's normalized
- *    dimensions (or a single dimension of `cols`), same dtype as x. w_desc
- *    may be NULL when both are NULL.
- *  mean, rstd: optional fp32 outputs of `rows` elements each (rows = the
- *    product of x's row dimensions), for backward; either may be NULL.
- *  workspace, workspace_bytes: see fnorm_layernorm_fwd_workspace_size;
- *    workspace may be NULL when the size is 0.
+ *    normalized dimensions must be packed; the row dimensions may have any
+ *    stride >= cols as long as they collapse into one row stride (a slice of
+ *    a larger tensor). No alignment is required: wider accesses are used when
+ *    pointers and strides allow.
+ *  residual, sum: optional, described by x_desc. With residual, s = x +
+ *    residual is normalized and, when sum is not NULL, written to sum (the
+ *    next layer's residual). sum without residual is BAD_PARAM.
+ *  w_desc, gamma, beta: each optional (gamma = 1, beta = 0). w_desc describes
+ *    both: packed, sized as x's normalized dimensions (or one dimension of
+ *    cols), dtype x's or FLOAT32. RMSNORM takes no beta (BAD_PARAM).
+ *  mean, rstd: optional fp32 outputs of `rows` elements for backward. RMSNORM
+ *    writes rrms to rstd and takes no mean (BAD_PARAM).
+ *  Aliasing: an output may be the very same tensor as an input (y == x,
+ *    sum == x or sum == residual: in place); any other overlap is BAD_PARAM.
  *
- *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (handle, norm, descriptors, x, y);
- *  BAD_PARAM_SHAPE (x/y/w disagree); BAD_PARAM; INSUFFICIENT_WORKSPACE;
- *  NOT_SUPPORTED (e.g. row dimensions that do not collapse into one stride);
- *  NOT_SUPPORTED_BUILD (dtype left out of this build); CUDA_ERROR (the
- *  launch failed; the message has CUDA's text).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE; BAD_PARAM;
+ *  INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (e.g. rows that do not collapse
+ *  into one stride); NOT_SUPPORTED_BUILD (dtype left out of this build);
+ *  CUDA_ERROR (with CUDA's text).
  *  Stream-ordered: enqueued on `stream`; returns before the work finishes.
  *  Thread-safety: safe with a shared handle; descriptors are only read. */
-FNORM_API fnorm_status_t fnorm_layernorm_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
-                                             fnorm_norm_desc_t norm,
-                                             fnorm_tensor_desc_t x_desc, const void *x,
-                                             fnorm_tensor_desc_t w_desc, const void *gamma,
-                                             const void *beta,
-                                             fnorm_tensor_desc_t y_desc, void *y,
-                                             float *mean, float *rstd,
-                                             void *workspace, size_t workspace_bytes);
+FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                        fnorm_norm_desc_t norm,
+                                        fnorm_tensor_desc_t x_desc, const void *x,
+                                        const void *residual, void *sum,
+                                        fnorm_tensor_desc_t w_desc, const void *gamma,
+                                        const void *beta,
+                                        fnorm_tensor_desc_t y_desc, void *y,
+                                        float *mean, float *rstd,
+                                        void *workspace, size_t workspace_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Normalization backward                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Scratch bytes fnorm_norm_bwd needs (per-block partial sums of dgamma and
+ *  dbeta, reduced in a fixed order by a second pass). Depends on the
+ *  descriptors and the handle's device; touches no GPU.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_norm_bwd. */
+FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
+                                                       fnorm_norm_desc_t norm,
+                                                       fnorm_tensor_desc_t x_desc,
+                                                       fnorm_tensor_desc_t w_desc,
+                                                       size_t *workspace_bytes);
+
+/** Normalization backward. With x_hat = (s - mean) * rstd (LayerNorm) or
+ *  s * rrms (RMSNorm) and g = dy * gamma (the scale actually applied):
+ *    LAYERNORM: dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))
+ *    RMSNORM:   dx = rrms * (g - x_hat * mean(g * x_hat))
+ *    dgamma = sum over rows of dy * x_hat;  dbeta = sum over rows of dy
+ *  plus dsum, the gradient that reached the forward's `sum` output from the
+ *  residual path, when given. dx is then also the gradient of the residual.
+ *
+ *  x_desc, x: the tensor that was normalized (s: x, or the forward's sum).
+ *  dy_desc, dy; dx_desc, dx: sizes and dtype of x (strides as for x).
+ *  mean, rstd: the forward's saved statistics (rows fp32 values each; mean
+ *    is NULL for RMSNORM).
+ *  w_desc, gamma: as in the forward (gamma NULL: scale 1).
+ *  dsum: optional, described by x_desc.
+ *  dgamma, dbeta: optional outputs described by w_desc (w_desc is required
+ *    when either is given); dbeta is BAD_PARAM for RMSNORM. The sums over
+ *    rows are deterministic: the same bits run to run on the same device.
+ *  workspace: at least fnorm_norm_bwd_workspace_size bytes, 16-byte aligned
+ *    (cudaMalloc's are), else INSUFFICIENT_WORKSPACE / BAD_PARAM.
+ *  dx may be the same tensor as dy or dsum (in place); other overlaps are
+ *  BAD_PARAM.
+ *  Returns as fnorm_norm_fwd. Stream-ordered; thread-safe with a shared
+ *  handle. */
+FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                        fnorm_norm_desc_t norm,
+                                        fnorm_tensor_desc_t x_desc, const void *x,
+                                        fnorm_tensor_desc_t dy_desc, const void *dy,
+                                        const float *mean, const float *rstd,
+                                        fnorm_tensor_desc_t w_desc, const void *gamma,
+                                        const void *dsum,
+                                        fnorm_tensor_desc_t dx_desc, void *dx,
+                                        void *dgamma, void *dbeta,
+                                        void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 } /* extern "C" */

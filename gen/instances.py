@@ -17,7 +17,8 @@ DTYPES = {
 }
 
 # Kernel tiers, in the order of fnorm::Tier (src/kernels/params.hpp).
-TIERS = ("warp", "smem", "uncached", "block")
+TIERS = ("warp", "smem", "uncached", "block")  # forward
+BWD_TIERS = ("warp", "block", "tiled")
 
 # Widest access is 16 bytes per thread (one LDG.128 / STG.128).
 MAX_PACK_BYTES = 16
@@ -53,7 +54,8 @@ class Instance:
     @property
     def tier_enum(self) -> str:
         return {"warp": "Tier::Warp", "smem": "Tier::BlockSmem",
-                "uncached": "Tier::BlockUncached", "block": "Tier::BlockRegisters"}[self.tier]
+                "uncached": "Tier::BlockUncached", "block": "Tier::BlockRegisters",
+                "tiled": "Tier::ColumnTiled"}[self.tier]
 
     @property
     def name(self) -> str:
@@ -94,22 +96,50 @@ def block_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in (TARGET_NPACK, 2 * TARGET_NPACK) if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
 
 
-def layernorm_fwd_instances(dtypes) -> list[Instance]:
+def norm_fwd_instances(dtypes) -> list[Instance]:
     out = []
     for dt in dtypes:
         for pack in packs_for(dt):
             for n in warp_npacks(dt, pack):
-                out.append(Instance("layernorm_fwd", dt, pack, "warp", n))
+                out.append(Instance("norm_fwd", dt, pack, "warp", n))
             for n in block_npacks(dt, pack):
-                out.append(Instance("layernorm_fwd", dt, pack, "block", n))
-            out.append(Instance("layernorm_fwd", dt, pack, "smem"))
-            out.append(Instance("layernorm_fwd", dt, pack, "uncached"))
+                out.append(Instance("norm_fwd", dt, pack, "block", n))
+            out.append(Instance("norm_fwd", dt, pack, "smem"))
+            out.append(Instance("norm_fwd", dt, pack, "uncached"))
+    return out
+
+
+# Backward keeps x_hat, g and the dgamma/dbeta accumulators per value: at
+# most this many values per thread in its register tiers (about 90
+# registers), half the forward's, so the target is two packs per thread.
+BWD_MAX_ELEMS_PER_THREAD = 16
+
+
+def bwd_warp_npacks(dtype: str, pack: int) -> list[int]:
+    return [n for n in (1, 2, 4, 8, 16) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
+
+
+def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
+    # 16 packs of 1 spilled at 512 threads (ptxas, sm_90, 2026-11-22).
+    return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
+
+
+def norm_bwd_instances(dtypes) -> list[Instance]:
+    out = []
+    for dt in dtypes:
+        for pack in packs_for(dt):
+            for n in bwd_warp_npacks(dt, pack):
+                out.append(Instance("norm_bwd", dt, pack, "warp", n))
+            for n in bwd_block_npacks(dt, pack):
+                out.append(Instance("norm_bwd", dt, pack, "block", n))
+            out.append(Instance("norm_bwd", dt, pack, "tiled"))
     return out
 
 
 # op -> (instance function, template rendering one .cu file per dtype)
 OPS = {
-    "layernorm_fwd": (layernorm_fwd_instances, "layernorm_fwd.cu.jinja"),
+    "norm_fwd": (norm_fwd_instances, "norm_fwd.cu.jinja"),
+    "norm_bwd": (norm_bwd_instances, "norm_bwd.cu.jinja"),
 }
 
 

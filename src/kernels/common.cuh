@@ -55,6 +55,33 @@ __device__ __forceinline__ void store_pack(T *p, const float (&in)[N]) {
   *reinterpret_cast<Pack<T, N> *>(p) = pk;
 }
 
+// The value v takes when stored as T (what an unfused op would store).
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return Convert<T>::to_float(Convert<T>::from_float(v));
+}
+
+// PACK affine parameters at element `col`, stored as T or as fp32. fp32
+// parameters are read in chunks of at most 4 (16 bytes).
+// Assumptions: p + col is aligned to PACK * sizeof(T) (T) or to
+// 4 * min(PACK, 4) bytes (fp32).
+template <typename T, int PACK>
+__device__ __forceinline__ void load_param(const void *p, bool f32, int64_t col, float (&out)[PACK]) {
+  if (f32) {
+    constexpr int C = PACK < 4 ? PACK : 4;
+    const float *f = static_cast<const float *>(p) + col;
+#pragma unroll
+    for (int c = 0; c < PACK / C; ++c) {
+      float tmp[C];
+      load_pack<float, C>(f + c * C, tmp);
+#pragma unroll
+      for (int i = 0; i < C; ++i) out[c * C + i] = tmp[i];
+    }
+  } else {
+    load_pack<T, PACK>(static_cast<const T *>(p) + col, out);
+  }
+}
+
 // Welford state: count, mean and sum of squared deviations (M2).
 // The count is fp32: exact up to 2^24 elements per row, and beyond that the
 // relative error it adds (< 2^-24 per merge) is below fp32 rounding anyway.
@@ -62,6 +89,17 @@ struct Welford {
   float mean;
   float m2;
   float n;
+};
+
+struct Sum2Op {
+  using Value = float2;
+  __device__ __forceinline__ static float2 identity() { return make_float2(0.f, 0.f); }
+  __device__ __forceinline__ static float2 combine(float2 a, float2 b) {
+    return make_float2(a.x + b.x, a.y + b.y);
+  }
+  __device__ __forceinline__ static float2 shfl_xor(float2 v, int mask) {
+    return make_float2(__shfl_xor_sync(kFullMask, v.x, mask), __shfl_xor_sync(kFullMask, v.y, mask));
+  }
 };
 
 struct SumOp {

@@ -33,44 +33,98 @@ cudaError_t cached_occupancy(KernelCache *cache, const void *func, int block, si
                              int *blocks_per_sm);
 
 enum class Tier : int {
-  Warp = 0,           // a group of 1..32 lanes per row, the row in registers
-  BlockSmem = 1,      // one block per row, the row cached in shared memory
-  BlockUncached = 2,  // one block per row, x read twice (second time mostly from L2)
-  BlockRegisters = 3, // one block per row, the row in registers
+  Warp = 0,            // a group of 1..32 lanes per row, the row in registers
+  BlockSmem = 1,       // one block per row, the row cached in shared memory
+  BlockUncached = 2,   // one block per row, x read twice (second time mostly from L2)
+  BlockRegisters = 3,  // one block per row, the row in registers
+  ColumnTiled = 4,     // backward fallback: row coefficients, then column tiles
 };
 
-// Assumptions: x/y/gamma/beta are aligned to pack * sizeof(T); cols and both
-// row strides are multiples of the pack; rows, cols >= 1. The runtime checks
-// all of it before choosing an instance.
-struct LayerNormFwdParams {
+// Assumptions: x/y/residual/sum are aligned to pack * sizeof(T), gamma/beta to
+// pack * sizeof(T) (T parameters) or 4 * min(pack, 4) bytes (fp32
+// parameters); cols and both row strides are multiples of the pack; rows,
+// cols >= 1. The runtime checks all of it before choosing an instance.
+struct NormFwdParams {
   const void *x = nullptr;
+  const void *residual = nullptr;  // optional
+  void *sum = nullptr;             // optional, with residual; x's row stride
   void *y = nullptr;
   const void *gamma = nullptr;  // optional
   const void *beta = nullptr;   // optional
-  float *mean = nullptr;        // optional, rows elements
-  float *rstd = nullptr;        // optional, rows elements
+  float *mean = nullptr;        // optional, rows elements (LayerNorm only)
+  float *rstd = nullptr;        // optional, rows elements (rrms for RMSNorm)
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t x_row_stride = 0;  // elements
+  int64_t x_row_stride = 0;  // elements (also residual's and sum's)
   int64_t y_row_stride = 0;  // elements
   float eps = 0.f;
-  int width_log2 = 0;     // warp tier: log2 of the lanes that share a row
-  int block_threads = 0;  // block-register tier: threads per block (a multiple of 32)
+  bool rms = false;            // RMSNorm: no centring, no beta
+  bool param_f32 = false;      // gamma/beta are fp32 (else T)
+  bool zero_centered = false;  // scale is 1 + gamma
+  int width_log2 = 0;          // warp tier: log2 of the lanes that share a row
+  int block_threads = 0;       // block-register tier: threads per block (a multiple of 32)
 };
 
-using LayerNormFwdLaunchFn = cudaError_t (*)(const LayerNormFwdParams &, const LaunchContext &);
+// Assumptions as NormFwdParams for x/dy/dsum/dx and gamma.
+struct NormBwdParams {
+  const void *x = nullptr;  // the normalized input s
+  const void *dy = nullptr;
+  const void *gamma = nullptr;  // optional
+  const void *dsum = nullptr;   // optional: gradient reaching s from the residual path
+  const float *mean = nullptr;  // LayerNorm only
+  const float *rstd = nullptr;
+  void *dx = nullptr;
+  // Per-block partial sums over rows, [grid][cols] each (null: not wanted).
+  float *dgamma_partial = nullptr;
+  float *dbeta_partial = nullptr;
+  float *row_coef = nullptr;  // column-tiled tier: [rows][2] row coefficients
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_row_stride = 0;
+  int64_t dy_row_stride = 0;  // also dsum's
+  int64_t dx_row_stride = 0;
+  bool rms = false;
+  bool param_f32 = false;
+  bool zero_centered = false;
+  int width_log2 = 0;
+  int block_threads = 0;
+  int grid = 0;  // blocks (= partial rows); from the instance's grid function
+};
 
-struct LayerNormFwdInstance {
+using NormFwdLaunchFn = cudaError_t (*)(const NormFwdParams &, const LaunchContext &);
+using NormBwdLaunchFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &);
+// The grid (and so the number of partial rows) the launch will use.
+using NormBwdGridFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &, int *grid);
+
+struct NormFwdInstance {
   fnorm_dtype_t dtype;
   int pack;
   Tier tier;
   int npack;
-  LayerNormFwdLaunchFn launch;
+  NormFwdLaunchFn launch;
   const char *name;
 };
 
-// The generated dispatch table (build directory: dispatch_table.cpp).
-extern const LayerNormFwdInstance kLayerNormFwdInstances[];
-extern const size_t kLayerNormFwdInstanceCount;
+struct NormBwdInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  Tier tier;
+  int npack;
+  NormBwdLaunchFn launch;
+  NormBwdGridFn grid;
+  const char *name;
+};
+
+// The generated dispatch tables (build directory: dispatch_table.cpp).
+extern const NormFwdInstance kNormFwdInstances[];
+extern const size_t kNormFwdInstanceCount;
+extern const NormBwdInstance kNormBwdInstances[];
+extern const size_t kNormBwdInstanceCount;
+
+// dgamma/dbeta = column sums of the partials in a fixed order, written in
+// `out_dtype` (src/kernels/norm_bwd_reduce.cu).
+cudaError_t launch_norm_bwd_reduce(const float *dgamma_partial, const float *dbeta_partial,
+                                   int partials, int64_t cols, fnorm_dtype_t out_dtype,
+                                   void *dgamma, void *dbeta, cudaStream_t stream);
 
 }  // namespace fnorm

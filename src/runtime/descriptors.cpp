@@ -123,8 +123,6 @@ FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_
     FNORM_REQUIRE(mode == FNORM_NORM_LAYERNORM || mode == FNORM_NORM_RMSNORM,
                   FNORM_STATUS_BAD_PARAM, "argument 'mode' has unknown value %d",
                   static_cast<int>(mode));
-    FNORM_REQUIRE(mode == FNORM_NORM_LAYERNORM, FNORM_STATUS_NOT_SUPPORTED,
-                  "argument 'mode' is FNORM_NORM_RMSNORM, which this version does not implement");
     FNORM_REQUIRE(std::isfinite(epsilon) && epsilon >= 0.0, FNORM_STATUS_BAD_PARAM,
                   "argument 'epsilon' is %g; it must be finite and >= 0", epsilon);
     FNORM_REQUIRE(begin_norm_axis >= -FNORM_MAX_RANK && begin_norm_axis < FNORM_MAX_RANK,
@@ -134,6 +132,24 @@ FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_
     desc->mode = mode;
     desc->begin_norm_axis = begin_norm_axis;
     desc->epsilon = epsilon;
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_norm_desc_set_flags(fnorm_norm_desc_t desc, uint32_t flags) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(desc);
+    const uint32_t known = FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA;
+    FNORM_REQUIRE((flags & ~known) == 0, FNORM_STATUS_BAD_PARAM,
+                  "argument 'flags' has unknown bits 0x%x", flags & ~known);
+    desc->flags = flags;
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_norm_desc_get_flags(fnorm_norm_desc_t desc, uint32_t *flags) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(desc);
+    FNORM_REQUIRE_NOT_NULL(flags);
+    *flags = desc->flags;
   });
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <initializer_list>
 #include <tuple>
 
 #include "fusednorm.h"
@@ -116,6 +117,7 @@ struct fnorm_norm_desc {
   fnorm_norm_mode_t mode = FNORM_NORM_LAYERNORM;
   int32_t begin_norm_axis = -1;
   double epsilon = 1e-5;
+  uint32_t flags = 0;
 };
 
 namespace fnorm {
@@ -124,27 +126,39 @@ namespace fnorm {
 struct RowView {
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t x_row_stride = 0;
-  int64_t y_row_stride = 0;
+  int32_t axis = 0;           // first normalized dimension of x
+  int64_t x_row_stride = 0;   // x (and residual / sum in the forward)
+  int64_t y_row_stride = 0;   // forward: y; backward: dy (and dsum)
+  int64_t dx_row_stride = 0;  // backward only
   fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
 };
 
-// Validates the descriptor arguments of a LayerNorm forward (everything the
-// size query sees) and returns the row view. Throws Error.
-RowView check_layernorm_fwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
-                                  const fnorm_tensor_desc *y_desc);
+// Validates the descriptors of a forward (everything the size query sees)
+// and returns the row view. Throws Error.
+RowView check_norm_fwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                             const fnorm_tensor_desc *y_desc);
+// Backward: x, dy, dx descriptors (dy_desc/dx_desc may be null in the size
+// query, which then assumes x's layout).
+RowView check_norm_bwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                             const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc);
 
-// Validates the weight descriptor against the row view when gamma or beta is
-// given. Throws Error.
-void check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *x_desc,
-                       int32_t begin_axis, const RowView &view, bool needed);
+// Validates the weight descriptor against x when `needed`; returns whether
+// the parameters are fp32 while x is not. Throws Error.
+bool check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *x_desc,
+                       const RowView &view, bool needed);
 
 // Normalized begin axis in [0, rank), or throws naming `arg`.
 int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
 
-// The chosen kernel instance and its launch parameters.
-struct LayerNormFwdPlan {
-  const LayerNormFwdInstance *instance = nullptr;
+// The widest pack (elements, <= 16 bytes) that every given data pointer, the
+// row length and the row strides allow. fp32 parameter pointers need only
+// 4 * min(pack, 4) bytes of alignment.
+int choose_pack(const RowView &v, std::initializer_list<const void *> data,
+                std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
+                bool param_f32);
+
+struct NormFwdPlan {
+  const NormFwdInstance *instance = nullptr;
   int pack = 1;
   Tier tier = Tier::Warp;
   int npack = 0;
@@ -152,9 +166,25 @@ struct LayerNormFwdPlan {
   int block_threads = 0;
 };
 
-// Picks pack, tier and instance for a problem; pointers decide the pack
-// through their alignment. Throws NOT_SUPPORTED_BUILD when no instance fits.
-LayerNormFwdPlan plan_layernorm_fwd(const RowView &view, const void *x, const void *y,
-                                    const void *gamma, const void *beta, const DeviceInfo &dev);
+// Picks tier and instance for a forward with the given pack.
+// Throws NOT_SUPPORTED_BUILD when no instance fits.
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev);
+
+struct NormBwdPlan {
+  const NormBwdInstance *instance = nullptr;
+  int pack = 1;
+  Tier tier = Tier::Warp;
+  int npack = 0;
+  int width_log2 = 0;
+  int block_threads = 0;
+};
+
+NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev);
+
+// Workspace layout of a backward with `partials` partial rows.
+struct BwdWorkspace {
+  size_t dgamma_offset = 0, dbeta_offset = 0, coef_offset = 0, bytes = 0;
+};
+BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_partials, bool coef);
 
 }  // namespace fnorm

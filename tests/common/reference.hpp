@@ -39,3 +39,62 @@ inline bool within(double got, double ref, Tolerance t) {
 }
 
 }  // namespace fnorm_test
+
+namespace fnorm_test {
+
+// The scale the forward applies at column i: 1, gamma, or 1 + gamma.
+inline double scale_at(const double *gamma, bool zero_centered, int64_t i) {
+  if (gamma == nullptr) return 1.0;
+  return zero_centered ? 1.0 + gamma[i] : gamma[i];
+}
+
+// LayerNorm (rms = false) or RMSNorm (rms = true) of one row in double.
+// Returns mean (0 for RMSNorm) and rstd (rrms for RMSNorm).
+inline void norm_row_reference(bool rms, const double *x, int64_t n, const double *gamma,
+                               const double *beta, bool zero_centered, double eps, double *y,
+                               double *mean_out, double *rstd_out) {
+  double mean = 0.0;
+  if (!rms) {
+    for (int64_t i = 0; i < n; ++i) mean += x[i];
+    mean /= static_cast<double>(n);
+  }
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    double v = (x[i] - mean) * rstd * scale_at(gamma, zero_centered, i);
+    if (beta != nullptr) v += beta[i];
+    y[i] = v;
+  }
+  if (mean_out != nullptr) *mean_out = mean;
+  if (rstd_out != nullptr) *rstd_out = rstd;
+}
+
+// Backward of one row in double, from the given (saved) mean and rstd.
+// dx[i] = rstd * (g - c1 - xh * c2) (+ dsum); dgamma/dbeta accumulate
+// (+=) dy * xh and dy; mag[i] receives the magnitude of the terms of dx
+// (for a rounding-error bound).
+inline void norm_row_backward_reference(bool rms, const double *x, const double *dy, int64_t n,
+                                        double mean, double rstd, const double *gamma,
+                                        bool zero_centered, const double *dsum, double *dx,
+                                        double *mag, double *dgamma, double *dbeta) {
+  double c1 = 0.0, c2 = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double xh = (x[i] - (rms ? 0.0 : mean)) * rstd;
+    const double g = dy[i] * scale_at(gamma, zero_centered, i);
+    c1 += g;
+    c2 += g * xh;
+  }
+  c1 = rms ? 0.0 : c1 / static_cast<double>(n);
+  c2 /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double xh = (x[i] - (rms ? 0.0 : mean)) * rstd;
+    const double g = dy[i] * scale_at(gamma, zero_centered, i);
+    dx[i] = rstd * (g - c1 - xh * c2) + (dsum != nullptr ? dsum[i] : 0.0);
+    mag[i] = rstd * (std::fabs(g) + std::fabs(c1) + std::fabs(xh * c2));
+    if (dgamma != nullptr) dgamma[i] += dy[i] * xh;
+    if (dbeta != nullptr) dbeta[i] += dy[i];
+  }
+}
+
+}  // namespace fnorm_test

@@ -143,7 +143,16 @@ void test_norm_desc() {
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, NAN), FNORM_STATUS_BAD_PARAM);
   CHECK_STATUS(fnorm_norm_desc_set(n.d, static_cast<fnorm_norm_mode_t>(9), -1, 1e-5), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("'mode'"));
-  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_RMSNORM, -1, 1e-5), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_RMSNORM, -1, 1e-5), FNORM_STATUS_SUCCESS);
+  uint32_t flags = 7;
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(flags, 0u);
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, 0x10), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'flags'"));
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(flags, static_cast<uint32_t>(FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA));
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 42, 1e-5), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("'begin_norm_axis'"));
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -2, 1e-6), FNORM_STATUS_SUCCESS);
@@ -152,105 +161,158 @@ void test_norm_desc() {
   CHECK_EQ(eps, 1e-6);
 }
 
+// A handle that needs no GPU: validation happens before any device work.
+fnorm_handle *fake_handle() {
+  static fnorm_handle fake;
+  fake.device = 0;
+  fake.info.sm_count = 132;
+  fake.info.max_smem_optin = 227 * 1024;
+  fake.info.max_threads_per_sm = 2048;
+  return &fake;
+}
+
+fnorm_status_t fwd(fnorm_handle_t h, fnorm_norm_desc_t n, fnorm_tensor_desc_t x, const void *px,
+                   const void *r, void *s, fnorm_tensor_desc_t w, const void *g, const void *b,
+                   fnorm_tensor_desc_t y, void *py, float *mean = nullptr, float *rstd = nullptr) {
+  return fnorm_norm_fwd(h, nullptr, n, x, px, r, s, w, g, b, y, py, mean, rstd, nullptr, 0);
+}
+
 void test_workspace_query_and_validation() {
   Norm n;
   Desc x, y, w;
   size_t ws = 12345;
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(nullptr, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  fnorm_handle *fake = fake_handle();
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(nullptr, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'handle'"));
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, nullptr, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("'norm'"));
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("x_desc"));
   CHECK_EQ(ws, static_cast<size_t>(12345));  // untouched on failure
 
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
   y.set(FNORM_DTYPE_FLOAT32, {4, 8, 768});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(last_error_mentions("dtype"));
   y.set(FNORM_DTYPE_FLOAT16, {4, 8, 769});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(last_error_mentions("dims[2]"));
   y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
   CHECK_EQ(ws, static_cast<size_t>(0));
 
   // Row dimensions that collapse (a slice with padded rows) are accepted ...
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 1024, 1024, 1});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
-  fnorm::RowView v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
+  fnorm::RowView v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
   CHECK_EQ(v.rows, 32);
   CHECK_EQ(v.cols, 768);
   CHECK_EQ(v.x_row_stride, 1024);
   CHECK_EQ(v.y_row_stride, 768);
   // ... ones that do not collapse, or a strided normalized dimension, are not.
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {9 * 1024, 1024, 1});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
   CHECK(last_error_mentions("collapse"));
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 1536, 1536, 2});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
   CHECK(last_error_mentions("packed"));
   // Overlapping output rows are a caller error.
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
   y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 512, 512, 1});
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("overlap"));
   y.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
 
   // begin_norm_axis = -2 normalizes the last two dimensions together.
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -2, 1e-5);
-  v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
   CHECK_EQ(v.rows, 4);
   CHECK_EQ(v.cols, 8 * 768);
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 0, 1e-5);
-  v = fnorm::check_layernorm_fwd_descs(n.d, x.d, y.d);
+  v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
   CHECK_EQ(v.rows, 1);
   CHECK_EQ(v.cols, 4 * 8 * 768);
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -4, 1e-5);
-  CHECK_STATUS(fnorm_layernorm_fwd_workspace_size(n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("begin_norm_axis"));
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, 1e-5);
 
-  // The launch validates everything before touching the device: a fake
+  // The launch validates everything before touching the device: the fake
   // handle (no GPU needed) reaches each check in turn.
-  fnorm_handle fake;
-  fake.device = 0;
-  fake.info.sm_count = 132;
-  fake.info.max_smem_optin = 227 * 1024;
-  alignas(16) static unsigned char buf[4096];
-  void *px = buf, *py = buf + 2048;
-  CHECK_STATUS(fnorm_layernorm_fwd(nullptr, nullptr, n.d, x.d, px, nullptr, nullptr, nullptr, y.d, py,
-                                   nullptr, nullptr, nullptr, 0),
+  alignas(16) static unsigned char buf[1 << 20];  // tensors of 49152 bytes, 64 KiB apart
+  void *px = buf, *py = buf + (1 << 16), *pr = buf + (2 << 16), *ps = buf + (3 << 16);
+  float *stats = reinterpret_cast<float *>(buf + (4 << 16));
+  CHECK_STATUS(fwd(nullptr, n.d, x.d, px, nullptr, nullptr, nullptr, nullptr, nullptr, y.d, py),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("'handle'"));
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, nullptr, nullptr, nullptr, nullptr, y.d, py,
-                                   nullptr, nullptr, nullptr, 0),
+  CHECK_STATUS(fwd(fake, n.d, x.d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, y.d, py),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("'x'"));
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, nullptr, nullptr, nullptr, y.d, nullptr,
-                                   nullptr, nullptr, nullptr, 0),
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, nullptr, nullptr, nullptr, y.d, nullptr),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("'y'"));
   // gamma given without a weight descriptor, or with a wrong one.
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, nullptr, px, nullptr, y.d, py,
-                                   nullptr, nullptr, nullptr, 0),
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, nullptr, px, nullptr, y.d, py),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("w_desc"));
   w.set(FNORM_DTYPE_FLOAT16, {767});
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, px, nullptr, y.d, py,
-                                   nullptr, nullptr, nullptr, 0),
-               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, w.d, px, nullptr, y.d, py), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(last_error_mentions("w_desc"));
-  w.set(FNORM_DTYPE_FLOAT32, {768});
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, nullptr, px, y.d, py,
-                                   nullptr, nullptr, nullptr, 0),
-               FNORM_STATUS_NOT_SUPPORTED);
+  w.set(FNORM_DTYPE_BFLOAT16, {768});
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, w.d, nullptr, px, y.d, py), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(last_error_mentions("FLOAT32"));
-  // Partially overlapping x and y.
+  // Partially overlapping x and y; y over the sum; sum without residual.
   w.set(FNORM_DTYPE_FLOAT16, {768});
-  CHECK_STATUS(fnorm_layernorm_fwd(&fake, nullptr, n.d, x.d, px, w.d, nullptr, nullptr, y.d,
-                                   buf + 64, nullptr, nullptr, nullptr, 0),
-               FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, w.d, nullptr, nullptr, y.d, buf + 64), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("overlap"));
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, pr, py, nullptr, nullptr, nullptr, y.d, py), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'sum'"));
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, ps, nullptr, nullptr, nullptr, y.d, py), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("without 'residual'"));
+  // RMSNorm takes no beta and saves no mean.
+  fnorm_norm_desc_set(n.d, FNORM_NORM_RMSNORM, -1, 1e-6);
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, w.d, px, pr, y.d, py), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'beta'"));
+  CHECK_STATUS(fwd(fake, n.d, x.d, px, nullptr, nullptr, nullptr, nullptr, nullptr, y.d, py, stats, stats + 64),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'mean'"));
+
+  // Backward validation (the fake handle never reaches the device).
+  Desc dy, dx;
+  dy.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  dx.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  auto bwd = [&](const float *mean, const float *rstd, const void *dsum, void *pdx, void *dg, void *db) {
+    return fnorm_norm_bwd(fake, nullptr, n.d, x.d, px, dy.d, pr, mean, rstd, w.d, nullptr, dsum, dx.d, pdx,
+                          dg, db, nullptr, 0);
+  };
+  CHECK_STATUS(bwd(stats, stats, nullptr, py, nullptr, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'mean'"));
+  CHECK_STATUS(bwd(nullptr, stats, nullptr, py, nullptr, ps), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'dbeta'"));
+  fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, 1e-5);
+  CHECK_STATUS(bwd(nullptr, stats, nullptr, py, nullptr, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'mean'"));
+  CHECK_STATUS(bwd(stats, nullptr, nullptr, py, nullptr, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("'rstd'"));
+  CHECK_STATUS(bwd(stats, stats, nullptr, buf + 100, nullptr, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("overlap"));
+  dy.set(FNORM_DTYPE_FLOAT16, {4, 8, 767});
+  CHECK_STATUS(bwd(stats, stats, nullptr, py, nullptr, nullptr), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(last_error_mentions("dy_desc"));
+  dy.set(FNORM_DTYPE_FLOAT16, {4, 8, 768});
+  CHECK_STATUS(fnorm_norm_bwd(fake, nullptr, n.d, x.d, px, dy.d, pr, stats, stats, nullptr, nullptr, nullptr,
+                              dx.d, py, ps, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(last_error_mentions("w_desc"));
+  CHECK_STATUS(fnorm_norm_bwd_workspace_size(fake, n.d, x.d, nullptr, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(fnorm_norm_bwd_workspace_size(nullptr, n.d, x.d, nullptr, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+}
+
+fnorm::NormFwdPlan plan_fwd(const fnorm::RowView &v, const void *x, const void *y, const void *g,
+                            const void *b, const fnorm::DeviceInfo &dev) {
+  const int pack = fnorm::choose_pack(v, {x, y}, {v.x_row_stride, v.y_row_stride}, {g, b}, false);
+  return fnorm::plan_norm_fwd(v, pack, dev);
 }
 
 void test_plan() {
@@ -295,8 +357,7 @@ void test_plan() {
     v.dtype = c.dtype;
     v.cols = c.cols;
     v.x_row_stride = v.y_row_stride = c.cols;
-    const fnorm::LayerNormFwdPlan plan =
-        fnorm::plan_layernorm_fwd(v, buf + c.offset, buf, nullptr, nullptr, smem);
+    const fnorm::NormFwdPlan plan = plan_fwd(v, buf + c.offset, buf, nullptr, nullptr, smem);
     CHECK_EQ(plan.pack, c.pack);
     CHECK_EQ(static_cast<int>(plan.tier), static_cast<int>(c.tier));
     CHECK(plan.instance != nullptr && plan.instance->pack == c.pack && plan.instance->dtype == c.dtype);
@@ -321,17 +382,17 @@ void test_plan() {
   v.cols = 256;  // 32 packs of 8
   v.x_row_stride = v.y_row_stride = 256;
   v.rows = 1 << 20;
-  fnorm::LayerNormFwdPlan pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  fnorm::NormFwdPlan pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
   CHECK_EQ(pl.width_log2, 3);
   CHECK_EQ(pl.npack, 4);
   v.rows = 7;
-  pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
   CHECK_EQ(pl.width_log2, 5);
   CHECK_EQ(pl.npack, 1);
   v.cols = 32;  // 4 packs: never more lanes than packs
   v.x_row_stride = v.y_row_stride = 32;
   v.rows = 49152;
-  pl = fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, dev);
+  pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
   CHECK_EQ(pl.width_log2, 2);
   CHECK_EQ(pl.npack, 1);
   v.rows = 49152;
@@ -340,23 +401,74 @@ void test_plan() {
   v.cols = 1024;
   v.x_row_stride = 1028;
   v.y_row_stride = 1024;
-  CHECK_EQ(fnorm::plan_layernorm_fwd(v, buf, buf, nullptr, nullptr, smem).pack, 4);
+  CHECK_EQ(plan_fwd(v, buf, buf, nullptr, nullptr, smem).pack, 4);
   // Misaligned gamma narrows it too.
   v.x_row_stride = 1024;
-  CHECK_EQ(fnorm::plan_layernorm_fwd(v, buf, buf, buf + 2, nullptr, smem).pack, 1);
+  CHECK_EQ(plan_fwd(v, buf, buf, buf + 2, nullptr, smem).pack, 1);
+  // fp32 parameters with 16-bit data need only 16-byte alignment for pack 8.
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, true), 8);
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 8}, true), 2);
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, false), 8);
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf + 2}, {1024, 1024}, {}, false), 1);
+
+  // Backward tiers: registers while a row fits, else column tiles.
+  struct BwdCase {
+    fnorm_dtype_t dtype;
+    int64_t cols;
+    int pack;
+    fnorm::Tier tier;
+  };
+  const BwdCase bcases[] = {
+      {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::ColumnTiled},
+      {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT32, 100000, 4, fnorm::Tier::ColumnTiled},
+      {FNORM_DTYPE_BFLOAT16, 33, 1, fnorm::Tier::Warp},
+  };
+  v.rows = 49152;
+  for (const BwdCase &c : bcases) {
+    v.dtype = c.dtype;
+    v.cols = c.cols;
+    const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, c.pack, dev);
+    CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(c.tier));
+    CHECK(bp.instance != nullptr && bp.instance->pack == c.pack && bp.instance->tier == c.tier);
+    if (bp.tier == fnorm::Tier::BlockRegisters) {
+      CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
+      CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
+    }
+  }
+  // Workspace layout: two 256-byte-aligned partial arrays, then row coefficients.
+  v.rows = 1000;
+  v.cols = 100;
+  const fnorm::BwdWorkspace lay = fnorm::bwd_workspace_layout(v, 3, true, true);
+  CHECK_EQ(lay.dgamma_offset, static_cast<size_t>(0));
+  CHECK_EQ(lay.dbeta_offset, static_cast<size_t>(1280));  // 3 * 100 * 4 = 1200 -> 1280
+  CHECK_EQ(lay.coef_offset, static_cast<size_t>(2560));
+  CHECK_EQ(lay.bytes, static_cast<size_t>(2560 + 8192));  // 1000 * 2 * 4 = 8000 -> 8192
+  CHECK_EQ(fnorm::bwd_workspace_layout(v, 3, false, false).bytes, static_cast<size_t>(0));
 }
 
 void test_dispatch_table() {
   // Sorted, unique, and every entry names its own configuration.
-  CHECK(fnorm::kLayerNormFwdInstanceCount > 0);
-  for (size_t i = 0; i < fnorm::kLayerNormFwdInstanceCount; ++i) {
-    const fnorm::LayerNormFwdInstance &e = fnorm::kLayerNormFwdInstances[i];
+  CHECK(fnorm::kNormFwdInstanceCount > 0);
+  CHECK(fnorm::kNormBwdInstanceCount > 0);
+  for (size_t i = 0; i < fnorm::kNormBwdInstanceCount; ++i) {
+    const fnorm::NormBwdInstance &e = fnorm::kNormBwdInstances[i];
+    CHECK(e.launch != nullptr && e.grid != nullptr);
+    CHECK((e.tier == fnorm::Tier::ColumnTiled) == (e.npack == 0));
+    CHECK(std::string(e.name).find("norm_bwd_") == 0);
+  }
+  for (size_t i = 0; i < fnorm::kNormFwdInstanceCount; ++i) {
+    const fnorm::NormFwdInstance &e = fnorm::kNormFwdInstances[i];
     CHECK(e.launch != nullptr);
     CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
     CHECK((e.tier == fnorm::Tier::Warp || e.tier == fnorm::Tier::BlockRegisters) == (e.npack > 0));
     const std::string name = e.name;
     CHECK(name.find("_p" + std::to_string(e.pack) + "_") != std::string::npos);
-    if (i > 0) CHECK(std::strcmp(fnorm::kLayerNormFwdInstances[i - 1].name, e.name) != 0);
+    if (i > 0) CHECK(std::strcmp(fnorm::kNormFwdInstances[i - 1].name, e.name) != 0);
   }
 }
 

@@ -18,9 +18,12 @@ class InstanceListTest(unittest.TestCase):
         insts = instances.all_instances()
         names = [i.name for i in insts]
         self.assertEqual(len(names), len(set(names)))
-        self.assertIn("layernorm_fwd_f16_p8_warp_n4", names)
-        self.assertIn("layernorm_fwd_f32_p4_smem", names)
-        self.assertIn("layernorm_fwd_bf16_p1_uncached", names)
+        self.assertIn("norm_fwd_f16_p8_warp_n4", names)
+        self.assertIn("norm_fwd_f32_p4_smem", names)
+        self.assertIn("norm_fwd_bf16_p1_uncached", names)
+        self.assertIn("norm_fwd_f16_p8_block_n4", names)
+        self.assertIn("norm_bwd_f16_p8_block_n2", names)
+        self.assertIn("norm_bwd_bf16_p2_tiled", names)
 
     def test_packs_never_exceed_16_bytes(self):
         for i in instances.all_instances():
@@ -30,7 +33,9 @@ class InstanceListTest(unittest.TestCase):
         for i in instances.all_instances():
             if i.tier in ("warp", "block"):
                 self.assertGreaterEqual(i.npack, 1)
-                self.assertLessEqual(i.npack * i.pack, instances.WARP_MAX_ELEMS_PER_THREAD)
+                limit = (instances.WARP_MAX_ELEMS_PER_THREAD if i.op == "norm_fwd"
+                         else instances.BWD_MAX_ELEMS_PER_THREAD)
+                self.assertLessEqual(i.npack * i.pack, limit)
             else:
                 self.assertEqual(i.npack, 0)
 
@@ -41,12 +46,15 @@ class InstanceListTest(unittest.TestCase):
         for dt in instances.DTYPES:
             self.assertIn(1, instances.packs_for(dt))
             for pack in instances.packs_for(dt):
-                tiers = {i.tier for i in insts if i.dtype == dt and i.pack == pack}
-                self.assertEqual(tiers, set(instances.TIERS), (dt, pack))
-                npacks = {i.npack for i in insts if i.dtype == dt and i.pack == pack and i.tier == "warp"}
+                fwd = [i for i in insts if i.op == "norm_fwd" and i.dtype == dt and i.pack == pack]
+                bwd = [i for i in insts if i.op == "norm_bwd" and i.dtype == dt and i.pack == pack]
+                self.assertEqual({i.tier for i in fwd}, set(instances.TIERS), (dt, pack))
+                self.assertEqual({i.tier for i in bwd}, set(instances.BWD_TIERS), (dt, pack))
+                npacks = {i.npack for i in fwd if i.tier == "warp"}
                 self.assertIn(1, npacks)
                 # the register tier reaches 32 elements per thread
                 self.assertEqual(max(npacks) * pack, instances.WARP_MAX_ELEMS_PER_THREAD)
+                self.assertIn(1, {i.npack for i in bwd if i.tier == "warp"})
 
     def test_sorted_and_trimmed(self):
         insts = instances.all_instances(["f16"])
@@ -61,7 +69,8 @@ class InstanceListTest(unittest.TestCase):
             instances.DTYPES["f8"] = ("__nv_fp8_e4m3", "FNORM_DTYPE_FP8", 1)
             insts = instances.all_instances(["f8"])
             self.assertIn(16, {i.pack for i in insts})
-            self.assertIn("layernorm_fwd_f8.cu", generate.outputs(["f8"]))
+            self.assertIn("norm_fwd_f8.cu", generate.outputs(["f8"]))
+            self.assertIn("norm_bwd_f8.cu", generate.outputs(["f8"]))
         finally:
             instances.DTYPES.clear()
             instances.DTYPES.update(saved)
@@ -89,11 +98,15 @@ class RenderTest(unittest.TestCase):
             generate.render_all(["f16"], d)
             table = open(os.path.join(d, "dispatch_table.cpp")).read()
             self.assertIn(generate.BANNER, table)
-            insts = instances.all_instances(["f16"])
+            insts = [i for i in instances.all_instances(["f16"]) if i.op == "norm_fwd"]
             for idx, i in enumerate(insts):
                 self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}, \"{i.name}\"}}", table)
-            cu = open(os.path.join(d, "layernorm_fwd_f16.cu")).read()
-            self.assertEqual(cu.count("launch_layernorm_fwd<__half,"), len(insts))
+            cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
+            self.assertEqual(cu.count("launch_norm_fwd<__half,"), len(insts))
+            bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
+            cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
+            self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))
+            self.assertEqual(cu.count("grid_norm_bwd<__half,"), len(bwd))
 
     def test_bad_dtype_is_a_clear_error(self):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "gen", "generate.py"), "--list",

@@ -37,6 +37,50 @@ int main() {
   layernorm_row_reference(big.data(), 1000, nullptr, nullptr, 0.0, yb.data(), &mean, &rstd);
   CHECK(std::fabs(rstd - 1.0) < 1e-12);
 
+  // RMSNorm of [1, 2, 3, 4]: mean square 7.5; zero-centred gamma scales by 1 + g.
+  double ms;
+  norm_row_reference(true, x, 4, nullptr, nullptr, false, 0.0, y, &mean, &ms);
+  CHECK_EQ(mean, 0.0);
+  CHECK(std::fabs(ms - 1.0 / std::sqrt(7.5)) < 1e-15);
+  CHECK(std::fabs(y[3] - 4.0 / std::sqrt(7.5)) < 1e-15);
+  const double g0[4] = {0, 0, 0, 0};
+  double yz[4];
+  norm_row_reference(false, x, 4, g0, nullptr, true, 0.0, yz, nullptr, nullptr);  // 1 + 0 = identity scale
+  layernorm_row_reference(x, 4, nullptr, nullptr, 0.0, y, nullptr, nullptr);
+  for (int i = 0; i < 4; ++i) CHECK(std::fabs(yz[i] - y[i]) < 1e-15);
+
+  // Backward against central finite differences of the forward in double:
+  // L = sum(dy * y), dL/dx_i ~ (L(x + h e_i) - L(x - h e_i)) / 2h.
+  for (int rms = 0; rms < 2; ++rms) {
+    const int n = 6;
+    const double xs[n] = {0.3, -1.2, 2.5, 0.7, -0.4, 1.9};
+    const double dys[n] = {0.5, -0.25, 1.0, 0.75, -1.5, 0.2};
+    const double gm[n] = {1.1, 0.9, 1.3, 0.7, 1.0, 1.2};
+    const double bt[n] = {0.1, -0.2, 0.3, 0.0, 0.5, -0.1};
+    const double eps = 1e-3;
+    auto loss = [&](const double *xx) {
+      double yy[n], m, r;
+      norm_row_reference(rms != 0, xx, n, gm, rms ? nullptr : bt, false, eps, yy, &m, &r);
+      double l = 0;
+      for (int i = 0; i < n; ++i) l += dys[i] * yy[i];
+      return l;
+    };
+    double m, r, yy[n], dx[n], mag[n], dg[n] = {0}, db[n] = {0};
+    norm_row_reference(rms != 0, xs, n, gm, nullptr, false, eps, yy, &m, &r);
+    norm_row_backward_reference(rms != 0, xs, dys, n, m, r, gm, false, nullptr, dx, mag, dg, db);
+    for (int i = 0; i < n; ++i) {
+      double xp[n], xm[n];
+      for (int j = 0; j < n; ++j) xp[j] = xm[j] = xs[j];
+      const double h = 1e-6;
+      xp[i] += h;
+      xm[i] -= h;
+      CHECK(std::fabs((loss(xp) - loss(xm)) / (2 * h) - dx[i]) < 1e-7);
+      // dgamma_i = dy_i * x_hat_i; dbeta_i = dy_i
+      CHECK(std::fabs(dg[i] - dys[i] * (xs[i] - m) * r) < 1e-14);
+      CHECK_EQ(db[i], dys[i]);
+    }
+  }
+
   // Tolerance: NaN and inf never pass.
   CHECK(within(1.0005, 1.0, {0, 1e-3}));
   CHECK(!within(1.01, 1.0, {0, 1e-3}));

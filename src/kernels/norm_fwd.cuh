@@ -1,4 +1,5 @@
-// LayerNorm forward: three tiers over one load/store functor pair.
+// LayerNorm / RMSNorm forward (optionally "add & norm"): tiers over one
+// load/store functor pair.
 //
 //   Warp      cols <= 32 * NPACK * PACK: a group of `width` lanes (1..32)
 //             holds a row in registers; mean and variance are exact two-pass
@@ -24,33 +25,47 @@
 
 namespace fnorm {
 
-// Reads packs of x as fp32.
+// Reads packs of the normalized input s as fp32: s = x, or s = x + r rounded
+// to T (what an unfused add would store), written to `sum` when asked.
 template <typename T, int PACK>
 struct LoadRow {
   const T *__restrict__ x;
+  const T *__restrict__ residual;  // optional
+  T *__restrict__ sum;             // optional (only with residual)
   int64_t row_stride;
   __device__ __forceinline__ void load(float (&v)[PACK], int64_t row, int64_t col) const {
-    load_pack<T, PACK>(x + row * row_stride + col, v);
+    const int64_t off = row * row_stride + col;
+    load_pack<T, PACK>(x + off, v);
+    if (residual != nullptr) {
+      float r[PACK];
+      load_pack<T, PACK>(residual + off, r);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = round_to<T>(v[i] + r[i]);
+      if (sum != nullptr) store_pack<T, PACK>(sum + off, v);
+    }
   }
 };
 
-// Applies gamma/beta (each optional) to normalized values and writes y.
+// Applies the affine parameters (each optional; in T or fp32; gamma possibly
+// zero-centred) to normalized values and writes y.
 template <typename T, int PACK>
 struct StoreAffine {
   T *__restrict__ y;
   int64_t row_stride;
-  const T *__restrict__ gamma;
-  const T *__restrict__ beta;
+  const void *__restrict__ gamma;
+  const void *__restrict__ beta;
+  bool param_f32;
+  bool zero_centered;
   __device__ __forceinline__ void store(float (&v)[PACK], int64_t row, int64_t col) const {
     if (gamma != nullptr) {
       float g[PACK];
-      load_pack<T, PACK>(gamma + col, g);
+      load_param<T, PACK>(gamma, param_f32, col, g);
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) v[i] *= g[i];
+      for (int i = 0; i < PACK; ++i) v[i] *= zero_centered ? 1.f + g[i] : g[i];
     }
     if (beta != nullptr) {
       float b[PACK];
-      load_pack<T, PACK>(beta + col, b);
+      load_param<T, PACK>(beta, param_f32, col, b);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[i] += b[i];
     }
@@ -58,9 +73,9 @@ struct StoreAffine {
   }
 };
 
-__device__ __forceinline__ void store_stats(const LayerNormFwdParams &p, int64_t row, float mean,
+__device__ __forceinline__ void store_stats(const NormFwdParams &p, int64_t row, float mean,
                                             float rstd) {
-  if (p.mean != nullptr) p.mean[row] = mean;
+  if (p.mean != nullptr) p.mean[row] = mean;  // always NULL for RMSNorm
   if (p.rstd != nullptr) p.rstd[row] = rstd;
 }
 
@@ -71,7 +86,7 @@ constexpr int kWarpTierBlock = 128;
 // `allreduce` sums a float over the threads sharing the row. Exact two-pass
 // statistics over the registers.
 template <typename T, int PACK, int NPACK, class Load, class Store, class AllReduce>
-__device__ __forceinline__ void layernorm_row_registers(const LayerNormFwdParams &p, const Load &load,
+__device__ __forceinline__ void norm_row_registers(const NormFwdParams &p, const Load &load,
                                                         const Store &store, int64_t row, bool active,
                                                         int lane, int width, AllReduce allreduce) {
   const int64_t packs_per_row = p.cols / PACK;
@@ -90,7 +105,9 @@ __device__ __forceinline__ void layernorm_row_registers(const LayerNormFwdParams
 #pragma unroll
     for (int i = 0; i < PACK; ++i) sum += v[k][i];
   }
-  const float mean = allreduce(sum) * inv_cols;
+  // RMSNorm: no centring, so the sum of squares about zero (p.rms is uniform
+  // across the kernel: every lane skips the same reduction).
+  const float mean = p.rms ? 0.f : allreduce(sum) * inv_cols;
   float sq = 0.f;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
@@ -118,7 +135,7 @@ __device__ __forceinline__ void layernorm_row_registers(const LayerNormFwdParams
 // p.cols <= (1 << p.width_log2) * NPACK * PACK.
 template <typename T, int PACK, int NPACK, class Load, class Store>
 __global__ void __launch_bounds__(kWarpTierBlock)
-    layernorm_fwd_warp_kernel(LayerNormFwdParams p, Load load, Store store) {
+    norm_fwd_warp_kernel(NormFwdParams p, Load load, Store store) {
   const int width = 1 << p.width_log2;
   const int lane = threadIdx.x & (width - 1);
   const int groups_per_block = kWarpTierBlock >> p.width_log2;
@@ -128,7 +145,7 @@ __global__ void __launch_bounds__(kWarpTierBlock)
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + group;
-    layernorm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
+    norm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
                                             [width](float v) { return group_allreduce<SumOp>(v, width); });
   }
 }
@@ -138,11 +155,11 @@ __global__ void __launch_bounds__(kWarpTierBlock)
 // Assumptions: blockDim.x is a multiple of 32; p.cols <= blockDim.x * NPACK * PACK.
 template <typename T, int PACK, int NPACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
-    layernorm_fwd_block_kernel(LayerNormFwdParams p, Load load, Store store) {
+    norm_fwd_block_kernel(NormFwdParams p, Load load, Store store) {
   __shared__ float scratch_storage[32];
   float *scratch = scratch_storage;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    layernorm_row_registers<T, PACK, NPACK>(
+    norm_row_registers<T, PACK, NPACK>(
         p, load, store, row, true, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
         [scratch](float v) { return block_allreduce<SumOp>(v, scratch); });
   }
@@ -152,7 +169,7 @@ __global__ void __launch_bounds__(1024)
 // aligned); any blockDim.x that is a multiple of 32, up to 1024.
 template <typename T, int PACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
-    layernorm_fwd_smem_kernel(LayerNormFwdParams p, Load load, Store store) {
+    norm_fwd_smem_kernel(NormFwdParams p, Load load, Store store) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T *cache = reinterpret_cast<T *>(smem_raw);
   __shared__ float scratch[32];
@@ -164,13 +181,13 @@ __global__ void __launch_bounds__(1024)
     float sum = 0.f;
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
       float v[PACK];
-      load.load(v, row, pk * PACK);
+      load.load(v, row, pk * PACK);  // writes sum, when asked, on this only read
       store_pack<T, PACK>(cache + pk * PACK, v);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) sum += v[i];
     }
-    // Stats come from the values as cached (rounded to T), i.e. exactly x's.
-    const float mean = block_allreduce<SumOp>(sum, scratch) * inv_cols;
+    // Stats come from the values as cached (rounded to T), i.e. exactly s's.
+    const float mean = p.rms ? 0.f : block_allreduce<SumOp>(sum, scratch) * inv_cols;
     float sq = 0.f;
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
       float v[PACK];
@@ -190,9 +207,13 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The second read of each row goes through `reload`, which does not write
+// sum again (it is the same load without the sum output).
 template <typename T, int PACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
-    layernorm_fwd_uncached_kernel(LayerNormFwdParams p, Load load, Store store) {
+    norm_fwd_uncached_kernel(NormFwdParams p, Load load, Store store) {
+  Load reload = load;
+  reload.sum = nullptr;
   __shared__ Welford scratch[32];
   const int64_t packs_per_row = p.cols / PACK;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -203,11 +224,13 @@ __global__ void __launch_bounds__(1024)
       w = welford_chunk<PACK>(w, v);
     }
     w = block_allreduce<WelfordOp>(w, scratch);
-    const float mean = w.mean;
-    const float rstd = rsqrtf(w.m2 / static_cast<float>(p.cols) + p.eps);
+    const float var = w.m2 / static_cast<float>(p.cols);
+    // RMSNorm: mean square = variance + mean^2 (both terms >= 0: no cancellation).
+    const float mean = p.rms ? 0.f : w.mean;
+    const float rstd = rsqrtf((p.rms ? var + w.mean * w.mean : var) + p.eps);
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
       float v[PACK];
-      load.load(v, row, pk * PACK);
+      reload.load(v, row, pk * PACK);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
       store.store(v, row, pk * PACK);
@@ -244,15 +267,16 @@ cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
 }
 
 template <typename T, int PACK, Tier TIER, int NPACK>
-cudaError_t launch_layernorm_fwd(const LayerNormFwdParams &p, const LaunchContext &ctx) {
+cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchContext &ctx) {
   using Load = LoadRow<T, PACK>;
   using Store = StoreAffine<T, PACK>;
-  const Load load{static_cast<const T *>(p.x), p.x_row_stride};
-  const Store store{static_cast<T *>(p.y), p.y_row_stride, static_cast<const T *>(p.gamma),
-                    static_cast<const T *>(p.beta)};
+  const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
+                  static_cast<T *>(p.sum), p.x_row_stride};
+  const Store store{static_cast<T *>(p.y), p.y_row_stride, p.gamma, p.beta, p.param_f32,
+                    p.zero_centered};
   const int64_t max_grid = 2147483647;
   if constexpr (TIER == Tier::Warp) {
-    auto kernel = layernorm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
+    auto kernel = norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
     int occ = 0;
     cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
                                        kWarpTierBlock, 0, &occ);
@@ -265,7 +289,7 @@ cudaError_t launch_layernorm_fwd(const LayerNormFwdParams &p, const LaunchContex
     kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
   } else if constexpr (TIER == Tier::BlockRegisters) {
     static_assert(NPACK * PACK <= 32, "more than 32 values per thread would spill at 1024 threads");
-    auto kernel = layernorm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
+    auto kernel = norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
     int occ = 0;
     cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
                                        p.block_threads, 0, &occ);
@@ -277,8 +301,8 @@ cudaError_t launch_layernorm_fwd(const LayerNormFwdParams &p, const LaunchContex
   } else {
     static_assert(NPACK == 0, "block tiers take no NPACK");
     const size_t smem = TIER == Tier::BlockSmem ? static_cast<size_t>(p.cols) * sizeof(T) : 0;
-    auto kernel = TIER == Tier::BlockSmem ? layernorm_fwd_smem_kernel<T, PACK, Load, Store>
-                                          : layernorm_fwd_uncached_kernel<T, PACK, Load, Store>;
+    auto kernel = TIER == Tier::BlockSmem ? norm_fwd_smem_kernel<T, PACK, Load, Store>
+                                          : norm_fwd_uncached_kernel<T, PACK, Load, Store>;
     int block = 0, occ = 0;
     cudaError_t err = pick_row_block(ctx, kernel, smem, p.cols / PACK, &block, &occ);
     if (err != cudaSuccess) return err;

@@ -1,0 +1,324 @@
+// LayerNorm / RMSNorm backward.
+//
+//   x_hat = (s - mean) * rstd   (RMSNorm: s * rrms)      g = dy * scale
+//   dx    = rstd * (g - c1 - x_hat * c2) [+ dsum]         c1 = mean(g) (RMSNorm: 0)
+//                                                         c2 = mean(g * x_hat)
+//   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
+//
+// Tiers:
+//   Warp / BlockRegisters  the row's x_hat and g stay in registers between the
+//            row reduction (c1, c2) and dx; each thread owns fixed columns for
+//            all the rows it visits, so it accumulates dgamma/dbeta in
+//            registers. One partial row per block goes to the workspace.
+//   ColumnTiled  any row length: a first kernel reduces (c1, c2) per row, a
+//            second walks column tiles over a slice of rows, writes dx and
+//            accumulates its columns' partial sums.
+// The partial rows are then summed per column in a fixed order
+// (norm_bwd_reduce.cu), so dgamma/dbeta are the same bits run to run.
+#pragma once
+
+#include <algorithm>
+
+#include "common.cuh"
+#include "params.hpp"
+
+namespace fnorm {
+
+template <typename T, int PACK>
+struct BwdRowIo {
+  const NormBwdParams &p;
+  __device__ __forceinline__ void load(int64_t row, int64_t col, float mean, float rstd,
+                                       float (&xh)[PACK], float (&g)[PACK], float (&dyv)[PACK]) const {
+    float xv[PACK];
+    load_pack<T, PACK>(static_cast<const T *>(p.x) + row * p.x_row_stride + col, xv);
+    load_pack<T, PACK>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col, dyv);
+    float sc[PACK];
+    if (p.gamma != nullptr) {
+      load_param<T, PACK>(p.gamma, p.param_f32, col, sc);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sc[i] = p.zero_centered ? 1.f + sc[i] : sc[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sc[i] = 1.f;
+    }
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) {
+      xh[i] = (xv[i] - mean) * rstd;
+      g[i] = dyv[i] * sc[i];
+    }
+  }
+  __device__ __forceinline__ void store_dx(int64_t row, int64_t col, float rstd, float c1, float c2,
+                                           const float (&xh)[PACK], const float (&g)[PACK]) const {
+    float dx[PACK];
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dx[i] = rstd * (g[i] - c1 - xh[i] * c2);
+    if (p.dsum != nullptr) {
+      float ds[PACK];
+      load_pack<T, PACK>(static_cast<const T *>(p.dsum) + row * p.dy_row_stride + col, ds);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) dx[i] += ds[i];
+    }
+    store_pack<T, PACK>(static_cast<T *>(p.dx) + row * p.dx_row_stride + col, dx);
+  }
+};
+
+// One row held by `width` threads, NPACK packs each (pack k of lane l at
+// column (k * width + l) * PACK); dg/db accumulate this thread's columns.
+template <typename T, int PACK, int NPACK, class AllReduce2>
+__device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, int64_t row,
+                                                       bool active, int lane, int width,
+                                                       AllReduce2 allreduce2,
+                                                       float (&dg)[NPACK][PACK],
+                                                       float (&db)[NPACK][PACK]) {
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t packs_per_row = p.cols / PACK;
+  float mean = 0.f, rstd = 0.f;
+  if (active) {
+    mean = p.rms ? 0.f : p.mean[row];
+    rstd = p.rstd[row];
+  }
+  float xh[NPACK][PACK], g[NPACK][PACK];
+  float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (active && pk < packs_per_row) {
+      float dyv[PACK];
+      io.load(row, pk * PACK, mean, rstd, xh[k], g[k], dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        acc.x += g[k][i];
+        acc.y += g[k][i] * xh[k][i];
+        dg[k][i] += dyv[i] * xh[k][i];
+        db[k][i] += dyv[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) xh[k][i] = g[k][i] = 0.f;
+    }
+  }
+  acc = allreduce2(acc);
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  const float c1 = p.rms ? 0.f : acc.x * inv_cols;
+  const float c2 = acc.y * inv_cols;
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) io.store_dx(row, pk * PACK, rstd, c1, c2, xh[k], g[k]);
+  }
+}
+
+constexpr int kBwdWarpBlock = 128;
+
+template <typename T, int PACK, int NPACK>
+__global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdParams p) {
+  // Partial sums of the block's groups, combined in group order.
+  __shared__ float combine[kBwdWarpBlock * NPACK * PACK];
+  const int width = 1 << p.width_log2;
+  const int lane = threadIdx.x & (width - 1);
+  const int groups_per_block = kBwdWarpBlock >> p.width_log2;
+  const int group = threadIdx.x >> p.width_log2;
+  float dg[NPACK][PACK], db[NPACK][PACK];
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + group;
+    norm_bwd_row_registers<T, PACK, NPACK>(
+        p, row, row < p.rows, lane, width,
+        [width](float2 v) { return group_allreduce<Sum2Op>(v, width); }, dg, db);
+  }
+  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;
+  const int64_t cols_covered = static_cast<int64_t>(width) * NPACK * PACK;
+  for (int which = 0; which < 2; ++which) {
+    float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
+    if (out == nullptr) continue;  // uniform
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+      for (int i = 0; i < PACK; ++i)
+        combine[group * cols_covered + (static_cast<int64_t>(k) * width + lane) * PACK + i] =
+            which == 0 ? dg[k][i] : db[k][i];
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < p.cols; c += kBwdWarpBlock) {
+      float s = 0.f;
+      for (int gi = 0; gi < groups_per_block; ++gi) s += combine[gi * cols_covered + c];
+      out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = s;
+    }
+    __syncthreads();
+  }
+}
+
+// Assumptions: blockDim.x == p.block_threads, a multiple of 32, <= 512;
+// p.cols <= blockDim.x * NPACK * PACK.
+template <typename T, int PACK, int NPACK>
+__global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
+  __shared__ float2 scratch_storage[32];
+  float2 *scratch = scratch_storage;
+  float dg[NPACK][PACK], db[NPACK][PACK];
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
+  const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    norm_bwd_row_registers<T, PACK, NPACK>(
+        p, row, true, lane, width, [scratch](float2 v) { return block_allreduce<Sum2Op>(v, scratch); },
+        dg, db);
+  }
+  const int64_t packs_per_row = p.cols / PACK;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk >= packs_per_row) continue;
+    const int64_t off = static_cast<int64_t>(blockIdx.x) * p.cols + pk * PACK;
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) {
+      if (p.dgamma_partial != nullptr) p.dgamma_partial[off + i] = dg[k][i];
+      if (p.dbeta_partial != nullptr) p.dbeta_partial[off + i] = db[k][i];
+    }
+  }
+}
+
+// Column-tiled tier, kernel 1: (c1, c2) of each row, one block per row.
+template <typename T, int PACK>
+__global__ void __launch_bounds__(512) norm_bwd_row_coef_kernel(NormBwdParams p) {
+  __shared__ float2 scratch[32];
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const float mean = p.rms ? 0.f : p.mean[row];
+    const float rstd = p.rstd[row];
+    float2 acc = make_float2(0.f, 0.f);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.load(row, pk * PACK, mean, rstd, xh, g, dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        acc.x += g[i];
+        acc.y += g[i] * xh[i];
+      }
+    }
+    acc = block_allreduce<Sum2Op>(acc, scratch);
+    if (threadIdx.x == 0) {
+      p.row_coef[2 * row] = p.rms ? 0.f : acc.x * inv_cols;
+      p.row_coef[2 * row + 1] = acc.y * inv_cols;
+    }
+  }
+}
+
+constexpr int kTileRowsPerBlock = 8;  // blockDim = (32, 8)
+
+// Column-tiled tier, kernel 2: blockIdx.x picks 32 packs of columns,
+// blockIdx.y a strided slice of rows; dx per element, partial sums per column.
+template <typename T, int PACK>
+__global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(NormBwdParams p) {
+  __shared__ float combine[kTileRowsPerBlock][32 * PACK + 1];
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t pk = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const bool in_cols = pk < p.cols / PACK;
+  float dg[PACK], db[PACK];
+#pragma unroll
+  for (int i = 0; i < PACK; ++i) dg[i] = db[i] = 0.f;
+  if (in_cols) {
+    for (int64_t row = static_cast<int64_t>(blockIdx.y) * kTileRowsPerBlock + threadIdx.y; row < p.rows;
+         row += static_cast<int64_t>(gridDim.y) * kTileRowsPerBlock) {
+      const float mean = p.rms ? 0.f : p.mean[row];
+      const float rstd = p.rstd[row];
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.load(row, pk * PACK, mean, rstd, xh, g, dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        dg[i] += dyv[i] * xh[i];
+        db[i] += dyv[i];
+      }
+      io.store_dx(row, pk * PACK, rstd, p.row_coef[2 * row], p.row_coef[2 * row + 1], xh, g);
+    }
+  }
+  for (int which = 0; which < 2; ++which) {
+    float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
+    if (out == nullptr) continue;  // uniform
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) combine[threadIdx.y][threadIdx.x * PACK + i] = which == 0 ? dg[i] : db[i];
+    __syncthreads();
+    // Rows of the tile summed in order: threads of row 0..7 each finish a
+    // share of the tile's columns.
+    for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * PACK; c += 32 * kTileRowsPerBlock) {
+      const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 * PACK + c;
+      if (col >= p.cols) continue;
+      float s = 0.f;
+      for (int r = 0; r < kTileRowsPerBlock; ++r) s += combine[r][c];
+      out[static_cast<int64_t>(blockIdx.y) * p.cols + col] = s;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+const void *norm_bwd_kernel() {
+  if constexpr (TIER == Tier::Warp) {
+    return reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK>);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    return reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK>);
+  } else {
+    return reinterpret_cast<const void *>(norm_bwd_tile_kernel<T, PACK>);
+  }
+}
+
+// The grid of the main kernel; it is also the number of partial rows.
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int *grid) {
+  const void *kernel = norm_bwd_kernel<T, PACK, TIER, NPACK>();
+  const int64_t sms = ctx.dev.sm_count;
+  int occ = 0;
+  if constexpr (TIER == Tier::Warp) {
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, kBwdWarpBlock, 0, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t groups_per_block = kBwdWarpBlock >> p.width_log2;
+    *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * std::max(occ, 1)));
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads, 0, &occ);
+    if (err != cudaSuccess) return err;
+    if (occ == 0) return cudaErrorInvalidConfiguration;
+    *grid = static_cast<int>(std::min(p.rows, sms * occ));
+  } else {
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, 32 * kTileRowsPerBlock, 0, &occ);
+    if (err != cudaSuccess) return err;
+    // Enough row slices that all column tiles together fill the device.
+    const int64_t tiles = ceil_div(p.cols / PACK, 32);
+    const int64_t want = ceil_div(sms * std::max(occ, 1), tiles);
+    *grid = static_cast<int>(std::max<int64_t>(
+        1, std::min({want, ceil_div(p.rows, kTileRowsPerBlock), int64_t{65535}})));
+  }
+  return cudaSuccess;
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
+  if constexpr (TIER == Tier::Warp) {
+    norm_bwd_warp_kernel<T, PACK, NPACK><<<p.grid, kBwdWarpBlock, 0, ctx.stream>>>(p);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    static_assert(NPACK * PACK <= 16, "registers: x_hat, g, dgamma, dbeta per value at 512 threads");
+    norm_bwd_block_kernel<T, PACK, NPACK><<<p.grid, p.block_threads, 0, ctx.stream>>>(p);
+  } else {
+    static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
+    int occ = 0;
+    cudaError_t err = cached_occupancy(
+        ctx.cache, reinterpret_cast<const void *>(norm_bwd_row_coef_kernel<T, PACK>), 512, 0, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t coef_grid =
+        std::min<int64_t>(p.rows, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1));
+    norm_bwd_row_coef_kernel<T, PACK><<<static_cast<unsigned>(coef_grid), 512, 0, ctx.stream>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.cols / PACK, 32)), static_cast<unsigned>(p.grid));
+    norm_bwd_tile_kernel<T, PACK><<<grid, dim3(32, kTileRowsPerBlock), 0, ctx.stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fnorm
