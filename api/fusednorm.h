@@ -11,7 +11,8 @@
  *  - Scratch memory comes from the caller: ask ..._workspace_size(), allocate
  *    at least that many bytes on the handle's device, pass it to the launch.
  *    Size queries take the handle (the answer may depend on its device's
- *    properties) but never touch the GPU and enqueue nothing.
+ *    properties and kernels' occupancy); they enqueue nothing and never
+ *    synchronize.
  *  - Optional inputs and outputs are NULL-able where documented.
  *  - Handles and descriptors are opaque; destroy functions accept NULL.
  *
@@ -242,9 +243,10 @@ FNORM_API fnorm_status_t fnorm_norm_fwd_workspace_size(fnorm_handle_t handle,
  *  x_desc, y_desc: the same sizes and dtype (fp32, fp16 or bf16). The
  *    normalized dimensions must be packed; the row dimensions may have any
  *    stride >= cols as long as they collapse into one row stride (a slice of
- *    a larger tensor). No alignment is required: wider accesses are used when
+ *    a larger tensor). No pointer (data, parameters, statistics) needs more
+ *    than its element's natural alignment: wider accesses are used when
  *    pointers and strides allow.
- *  residual, sum: optional, described by x_desc. With residual, s = x +
+ *  residual, sum: optional, described by x_desc (its sizes and strides). With residual, s = x +
  *    residual is normalized and, when sum is not NULL, written to sum (the
  *    next layer's residual). sum without residual is BAD_PARAM.
  *  w_desc, gamma, beta: each optional (gamma = 1, beta = 0). w_desc describes
@@ -298,7 +300,8 @@ FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
  *  mean, rstd: the forward's saved statistics (rows fp32 values each; mean
  *    is NULL for RMSNORM).
  *  w_desc, gamma: as in the forward (gamma NULL: scale 1).
- *  dsum: optional, described by x_desc.
+ *  dsum: optional, described by dy_desc (its sizes and strides).
+ *  The descriptor's epsilon is not used (the statistics come from forward).
  *  dgamma, dbeta: optional outputs described by w_desc (w_desc is required
  *    when either is given); dbeta is BAD_PARAM for RMSNORM. The sums over
  *    rows are deterministic: the same bits run to run on the same device.

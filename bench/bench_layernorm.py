@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""LayerNorm forward benchmark: libfusednorm beside PyTorch, in one run.
+"""LayerNorm / RMSNorm benchmark: libfusednorm beside PyTorch, in one run.
+
+Ops (shared/design.md §6 names): layernorm_fwd, rmsnorm_fwd, layernorm_bwd,
+rmsnorm_bwd, layernorm_residual_fwd.
 
 Method (bench/README.md says more):
 - CUDA-event timing of CUDA-graph replays, so launch overhead (ours through
@@ -8,18 +11,21 @@ Method (bench/README.md says more):
 - Each graph cycles through several input/output buffer sets totalling at
   least 8x the L2 size, so inputs come from device memory, not L2; PyTorch's
   outputs are kept alive inside the capture so they rotate too.
-- Bytes counted: read x + write y (gamma/beta, mean/rstd are not counted).
+- Bytes counted (BYTES below): forward read x + write y; backward read x +
+  read dy + write dx; residual forward read x + read r + write s + write y.
+  gamma/beta, dgamma/dbeta and mean/rstd are not counted.
 - The copy bandwidth is measured in the same run (1 GiB device-to-device
   copy, read + write counted), and every GB/s is also given as % of it.
-- Before timing, our output is compared with PyTorch's on the same input.
+- Before timing, our outputs are compared with PyTorch's on the same input.
 
-Usage: bench_layernorm.py --out DIR [--quick]
+Usage: bench_layernorm.py --out DIR [--quick] [--ops OP,OP,...]
 Writes DIR/<gpu>.json (the schema of shared/design.md section 6) and DIR/<gpu>.md.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -30,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python"))
-import fusednorm  # noqa: E402
+import fusednorm as fn  # noqa: E402
 
 # OneFlow's published LayerNorm kernel as measured on an H200 (shared/design.md
 # section 7, fp16, rows = 49152). Anchors, not measured in this run: reported
@@ -38,7 +44,52 @@ import fusednorm  # noqa: E402
 ONEFLOW_H200_FP16_49152 = {32: 11.9, 64: 18.7, 128: 23.7, 256: 39.9, 512: 114, 1024: 294,
                            2048: 269, 4096: 458, 8192: 981, 16384: 2006, 32768: 5685}
 
+# cuDNN 9.19.1's own norm benchmark on an H200, bf16 (design.md §7,
+# research/features.md §3): TB/s (forward, backward) by (norm, rows, cols).
+# Its byte count differs from ours (cudnn_bytes below), so rows that carry
+# it also report our TB/s under that count (tbps_cudnn_bytes), and cudnn_us
+# is that count over the published TB/s: cuDNN's time, not measured here.
+CUDNN_H200_BF16_TBPS = {("rmsnorm", 16384, 4096): (3.71, 3.80), ("rmsnorm", 8192, 8192): (3.77, 3.53),
+                        ("rmsnorm", 8192, 128): (1.44, 0.73), ("layernorm", 1024, 12288): (3.23, 0.95)}
+
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+FN_DTYPES = {"fp32": fn.DType.FLOAT32, "fp16": fn.DType.FLOAT16, "bf16": fn.DType.BFLOAT16}
+OPS = ("layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd")
+BYTES = {"layernorm_fwd": "read x + write y",
+         "rmsnorm_fwd": "read x + write y",
+         "layernorm_bwd": "read x + read dy + write dx",
+         "rmsnorm_bwd": "read x + read dy + write dx",
+         "layernorm_residual_fwd": "read x + read r + write s + write y"}
+TENSORS_MOVED = {"layernorm_fwd": 2, "rmsnorm_fwd": 2, "layernorm_bwd": 3, "rmsnorm_bwd": 3,
+                 "layernorm_residual_fwd": 4}
+EPS = 1e-5
+
+FP16_COLS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def plan(quick: bool) -> list[tuple[str, str, int, int]]:
+    """(op, dtype, rows, cols) in run order, grouped by op."""
+    by_op = {op: [] for op in OPS}
+    for c in FP16_COLS:
+        by_op["layernorm_fwd"].append(("fp16", 49152, c))
+        by_op["rmsnorm_fwd"].append(("fp16", 49152, c))
+        by_op["layernorm_bwd"].append(("fp16", 49152, c))
+        if c >= 256:  # below, add+norm is launch-bound on both sides: little to learn
+            by_op["layernorm_residual_fwd"].append(("fp16", 49152, c))
+    for c in (1024, 8192):
+        by_op["layernorm_fwd"].append(("fp32", 49152, c))
+        by_op["layernorm_bwd"].append(("fp32", 49152, c))
+    # Shapes of the earlier runs, kept for continuity.
+    by_op["layernorm_fwd"] += [("bf16", 49152, 1024), ("fp16", 49152, 1000), ("fp16", 49152, 768)]
+    # cuDNN's benchmark shapes.
+    for (norm, r, c) in CUDNN_H200_BF16_TBPS:
+        by_op[f"{norm}_fwd"].append(("bf16", r, c))
+        by_op[f"{norm}_bwd"].append(("bf16", r, c))
+    out = []
+    for op in OPS:
+        shapes = by_op[op][::3] if quick else by_op[op]
+        out += [(op, dt, r, c) for dt, r, c in shapes]
+    return out
 
 
 def gpu_tag(name: str) -> str:
@@ -49,19 +100,22 @@ def gpu_tag(name: str) -> str:
     return "".join(c for c in n if c.isalnum())[:16] or "gpu"
 
 
-def time_graph(launch, n_launch: int, reps: int) -> float:
+def time_graph(launch, n_launch: int, reps: int, setup=None) -> float:
     """Median microseconds per launch of launch(i), i = 0..n_launch-1, captured
-    in one CUDA graph and replayed `reps` times."""
+    in one CUDA graph and replayed `reps` times. setup(), when given, runs
+    first on the stream the graph is captured on (autograd runs a backward
+    on its forward's stream)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        if setup is not None:
+            setup()
         for i in range(n_launch):  # warm-up, eager: caches, module load
             launch(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+    stream.synchronize()
     graph = torch.cuda.CUDAGraph()
     keep = []
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for i in range(n_launch):
             keep.append(launch(i))
     for _ in range(3):
@@ -101,112 +155,396 @@ def copy_bandwidth_gbps() -> float:
     return 2 * n / statistics.median(times) / 1e9
 
 
-def bench_layernorm_fwd(rows: int, cols: int, dtype: str, l2_bytes: int, copy_gbps: float,
-                        gpu: str, reps: int) -> dict:
-    tdt = TORCH_DTYPES[dtype]
-    esize = torch.tensor([], dtype=tdt).element_size()
-    set_bytes = 2 * rows * cols * esize
-    n_sets = max(3, min(200, math.ceil(8 * l2_bytes / set_bytes)))
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(1234 + cols)
-    xs = [torch.randn(rows, cols, device="cuda", dtype=tdt, generator=gen) * 2 + 1 for _ in range(n_sets)]
-    ys = [torch.empty_like(x) for x in xs]
+def cudnn_bytes(norm: str, direction: str, rows: int, cols: int, esize: int) -> int:
+    """Bytes as cuDNN's norm benchmark counts them (cudnn-frontend
+    benchmark/norms/benchmark_single_norm.py, compute_bandwidth_bytes): every
+    input read once and every output written once, parameters and fp32
+    statistics included; its LayerNorm preset has a bias, its RMSNorm ones
+    have none."""
+    n, c = rows, cols
+    if direction == "fwd":
+        if norm == "rmsnorm":  # x, gamma -> y, rstd
+            return (n * c + c) * esize + n * c * esize + 4 * n
+        return (n * c + 2 * c) * esize + n * c * esize + 8 * n  # x, gamma, beta -> y, mean, rstd
+    if norm == "rmsnorm":  # dy, x, rstd, gamma -> dx, dgamma
+        return (2 * n * c + c) * esize + 4 * n + (n * c + c) * esize
+    return (2 * n * c + c) * esize + 8 * n + (n * c + 2 * c) * esize  # + mean; -> dx, dgamma, dbeta
+
+
+class Bench:
+    """What every measurement shares: the GPU, its L2, the copy bandwidth
+    and the library handle."""
+
+    def __init__(self, reps: int):
+        props = torch.cuda.get_device_properties(0)
+        self.name = props.name
+        self.gpu = gpu_tag(props.name)
+        self.l2 = getattr(props, "L2_cache_size", 50 << 20)
+        self.copy_gbps = copy_bandwidth_gbps()
+        self.max_reps = reps
+        self.handle = fn._handle_for(torch.cuda.current_device())
+
+    def n_sets(self, set_bytes: int) -> int:
+        # Enough sets to cover 8x L2; at least 2 so that consecutive launches
+        # never touch the same buffers even when one set dwarfs the L2.
+        return max(2, min(200, math.ceil(8 * self.l2 / set_bytes)))
+
+    def reps(self, n_sets: int, bytes_per_launch: int) -> int:
+        # Big shapes: fewer replays (each is long, and the median settles
+        # fast): ~0.15 s of replays per graph at the copy bandwidth.
+        est_s = n_sets * bytes_per_launch / (self.copy_gbps * 1e9)
+        return max(10, min(self.max_reps, int(0.15 / max(est_s, 1e-9))))
+
+
+def max_diff(a, b) -> float:
+    d = (a.float() - b.float()).abs().max().item()
+    if not math.isfinite(d):
+        raise RuntimeError("non-finite output (or a NaN left from the poisoning)")
+    return d
+
+
+def rand_sets(n_sets, rows, cols, tdt, gen, kind):
+    if kind == "x":
+        return [torch.randn(rows, cols, device="cuda", dtype=tdt, generator=gen) * 2 + 1 for _ in range(n_sets)]
+    return [torch.randn(rows, cols, device="cuda", dtype=tdt, generator=gen) for _ in range(n_sets)]
+
+
+def params(cols, tdt, gen):
     w = (torch.rand(cols, device="cuda", dtype=torch.float32, generator=gen) + 0.5).to(tdt)
     b = (torch.rand(cols, device="cuda", dtype=torch.float32, generator=gen) - 0.5).to(tdt)
-    eps = 1e-5
+    return w, b
 
-    # Correctness beside PyTorch (outputs poisoned first).
-    ys[0].fill_(float("nan"))
-    fusednorm.layer_norm(xs[0], w, b, eps, out=ys[0])
-    ref = F.layer_norm(xs[0], (cols,), w, b, eps)
-    torch.cuda.synchronize()
-    diff = (ys[0].float() - ref.float()).abs().max().item()
-    if not math.isfinite(diff):
-        raise RuntimeError(f"layernorm_fwd {dtype} [{rows},{cols}]: non-finite output")
+
+# ---------------------------------------------------------------------------
+# Forward: layernorm_fwd, rmsnorm_fwd, layernorm_residual_fwd
+# ---------------------------------------------------------------------------
+def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
+    ln = op != "rmsnorm_fwd"
+    residual = op == "layernorm_residual_fwd"
+    tdt = TORCH_DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    moved = TENSORS_MOVED[op] * rows * cols * esize
+    n_sets = B.n_sets(moved)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234 + cols)
+    xs = rand_sets(n_sets, rows, cols, tdt, gen, "x")
+    rs = rand_sets(n_sets, rows, cols, tdt, gen, "r") if residual else [None] * n_sets
+    ss = [torch.empty_like(x) for x in xs] if residual else [None] * n_sets
+    ys = [torch.empty_like(x) for x in xs]
+    # Our forward writes mean/rstd, as PyTorch's layer_norm does (the training
+    # forward); they are rows * 4 bytes each, not counted.
+    means = [torch.empty(rows, device="cuda") for _ in range(n_sets)] if ln else [None] * n_sets
+    rstds = [torch.empty(rows, device="cuda") for _ in range(n_sets)]
+    w, b = params(cols, tdt, gen)
+    if not ln:
+        b = None
 
     # Descriptors built once: the timed launches are the bare C call.
-    fn = fusednorm
-    dt = {"fp32": fn.DType.FLOAT32, "fp16": fn.DType.FLOAT16, "bf16": fn.DType.BFLOAT16}[dtype]
-    xd = fn.TensorDesc(dt, [rows, cols])
-    wd = fn.TensorDesc(dt, [cols])
-    nd = fn.NormDesc(fn.NormMode.LAYERNORM, -1, eps)
-    handle = fn._handle_for(torch.cuda.current_device())
+    xd = fn.TensorDesc(FN_DTYPES[dtype], [rows, cols])
+    wd = fn.TensorDesc(FN_DTYPES[dtype], [cols])
+    nd = fn.NormDesc(fn.NormMode.LAYERNORM if ln else fn.NormMode.RMSNORM, -1, EPS)
+    ws_bytes = fn.norm_fwd_workspace_size(B.handle, nd, xd, xd)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
+    ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+
+    def norm(k, x, r, s):
+        fn.check(fn.lib.fnorm_norm_fwd(B.handle.ptr, torch.cuda.current_stream().cuda_stream, nd.ptr,
+                                       xd.ptr, x.data_ptr(), ptr(r), ptr(s), wd.ptr, w.data_ptr(), ptr(b),
+                                       xd.ptr, ys[k].data_ptr(), ptr(means[k]), rstds[k].data_ptr(),
+                                       ptr(ws), ws_bytes))
 
     def ours(i):
         k = i % n_sets
-        fn.check(fn.lib.fnorm_layernorm_fwd(handle.ptr, torch.cuda.current_stream().cuda_stream, nd.ptr,
-                                            xd.ptr, xs[k].data_ptr(), wd.ptr, w.data_ptr(), b.data_ptr(),
-                                            xd.ptr, ys[k].data_ptr(), None, None, None, 0))
-        return None
+        norm(k, xs[k], rs[k], ss[k])
 
-    def torch_ln(i):
-        return F.layer_norm(xs[i % n_sets], (cols,), w, b, eps)
+    def torch_fwd(i):
+        k = i % n_sets
+        if residual:
+            s = xs[k] + rs[k]
+            return s, F.layer_norm(s, (cols,), w, b, EPS)
+        if ln:
+            return F.layer_norm(xs[k], (cols,), w, b, EPS)
+        return F.rms_norm(xs[k], (cols,), w, EPS)
 
+    # Correctness beside PyTorch (outputs poisoned first).
+    ys[0].fill_(float("nan"))
+    if residual:
+        ss[0].fill_(float("nan"))
+    ours(0)
+    ref = torch_fwd(0)
+    torch.cuda.synchronize()
+    if residual:
+        diff = max(max_diff(ss[0], ref[0]), max_diff(ys[0], ref[1]))
+    else:
+        diff = max_diff(ys[0], ref)
+    del ref
+
+    reps = B.reps(n_sets, moved)
     us = time_graph(ours, n_sets, reps)
-    torch_us = time_graph(torch_ln, n_sets, reps)
-    moved = rows * cols * esize * 2
+    torch_us = time_graph(torch_fwd, n_sets, reps)
+    row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
+    if residual:
+        # Unfused with our own LayerNorm: s = x + r by torch.add, then norm(s).
+        def unfused(i):
+            k = i % n_sets
+            torch.add(xs[k], rs[k], out=ss[k])
+            norm(k, ss[k], None, None)
+
+        unfused_us = time_graph(unfused, n_sets, reps)
+        row["unfused_us"] = round(unfused_us, 2)
+        row["vs_unfused"] = round(unfused_us / us, 3)
+        row["torch_impl"] = "x + r, F.layer_norm"
+    else:
+        row["torch_impl"] = "F.layer_norm" if ln else "F.rms_norm"
+    if op == "layernorm_fwd" and B.gpu == "h200" and dtype == "fp16" and rows == 49152:
+        oneflow = ONEFLOW_H200_FP16_49152.get(cols)
+        if oneflow:
+            row["oneflow_us"] = oneflow
+            row["vs_oneflow"] = round(oneflow / us, 3)
+    if not residual:  # cuDNN's figures are for the plain norm
+        add_cudnn(B, row, "layernorm" if ln else "rmsnorm", "fwd", esize)
+    row["max_abs_diff_vs_torch"] = diff
+    row["buffer_sets"] = n_sets
+    return row
+
+
+# ---------------------------------------------------------------------------
+# Backward: layernorm_bwd, rmsnorm_bwd
+# ---------------------------------------------------------------------------
+def bench_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
+    ln = op == "layernorm_bwd"
+    tdt = TORCH_DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    moved = TENSORS_MOVED[op] * rows * cols * esize
+    n_sets = B.n_sets(moved)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321 + cols)
+    xs = rand_sets(n_sets, rows, cols, tdt, gen, "x")
+    dys = rand_sets(n_sets, rows, cols, tdt, gen, "dy")
+    dxs = [torch.empty_like(x) for x in xs]
+    w, b = params(cols, tdt, gen)
+    if not ln:
+        b = None
+    dgamma = torch.empty_like(w)
+    dbeta = torch.empty_like(w) if ln else None
+
+    mode = fn.NormMode.LAYERNORM if ln else fn.NormMode.RMSNORM
+    xd = fn.TensorDesc(FN_DTYPES[dtype], [rows, cols])
+    wd = fn.TensorDesc(FN_DTYPES[dtype], [cols])
+    nd = fn.NormDesc(mode, -1, EPS)
+    ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+
+    # Our statistics, from our forward (y goes to dx's buffer, overwritten by
+    # the backward); PyTorch's, from the forward its autograd would run.
+    means = [torch.empty(rows, device="cuda") for _ in range(n_sets)] if ln else [None] * n_sets
+    rstds = [torch.empty(rows, device="cuda") for _ in range(n_sets)]
+    for k in range(n_sets):
+        fn.check(fn.lib.fnorm_norm_fwd(B.handle.ptr, torch.cuda.current_stream().cuda_stream, nd.ptr,
+                                       xd.ptr, xs[k].data_ptr(), None, None, wd.ptr, w.data_ptr(), ptr(b),
+                                       xd.ptr, dxs[k].data_ptr(), ptr(means[k]), rstds[k].data_ptr(), None, 0))
+    if ln:
+        t_stats = [torch.ops.aten.native_layer_norm(x, [cols], w, b, EPS)[1:] for x in xs]
+
+    ws_bytes = fn.norm_bwd_workspace_size(B.handle, nd, xd, wd)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
+
+    def ours(i):
+        k = i % n_sets
+        fn.check(fn.lib.fnorm_norm_bwd(B.handle.ptr, torch.cuda.current_stream().cuda_stream, nd.ptr,
+                                       xd.ptr, xs[k].data_ptr(), xd.ptr, dys[k].data_ptr(), ptr(means[k]),
+                                       rstds[k].data_ptr(), wd.ptr, w.data_ptr(), None, xd.ptr,
+                                       dxs[k].data_ptr(), dgamma.data_ptr(), ptr(dbeta), ptr(ws), ws_bytes))
+
+    # PyTorch: the aten backward op its autograd runs, called directly so only
+    # the backward is timed.
+    torch_setup = None
+    if ln:
+        torch_impl = "aten.native_layer_norm_backward"
+
+        def torch_bwd(i):
+            k = i % n_sets
+            mean, rstd = t_stats[k]
+            return torch.ops.aten.native_layer_norm_backward(dys[k], xs[k], [cols], mean, rstd, w, b,
+                                                             [True, True, True])
+    else:
+        torch_impl = "aten._fused_rms_norm_backward"
+
+        def torch_bwd(i):
+            k = i % n_sets
+            return torch.ops.aten._fused_rms_norm_backward(dys[k], xs[k], [cols], t_rstd[k], w, [True, True])
+
+        try:
+            t_rstd = [torch.ops.aten._fused_rms_norm(x, [cols], w, EPS)[1] for x in xs]
+            torch_bwd(0)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - not in this build, or refuses this shape
+            print(f"  {op} {dtype} {rows}x{cols}: _fused_rms_norm_backward failed ({e}); timing autograd",
+                  flush=True)
+            torch_impl = "autograd(F.rms_norm)"
+            wr = w.detach().requires_grad_(True)
+            xrs = [x.detach().requires_grad_(True) for x in xs]
+            yrs = []
+
+            def forward():  # outside the timing, on the stream timed
+                yrs[:] = [F.rms_norm(xr, (cols,), wr, EPS) for xr in xrs]
+
+            def torch_bwd(i):
+                k = i % n_sets
+                return torch.autograd.grad(yrs[k], (xrs[k], wr), dys[k], retain_graph=True)
+
+            torch_setup = forward
+            forward()
+
+    # Correctness beside PyTorch (outputs poisoned first).
+    dxs[0].fill_(float("nan"))
+    dgamma.fill_(float("nan"))
+    if ln:
+        dbeta.fill_(float("nan"))
+    ours(0)
+    ref = torch_bwd(0)
+    torch.cuda.synchronize()
+    diff = max_diff(dxs[0], ref[0])
+    diff_dgamma = max_diff(dgamma, ref[1])
+    diff_dbeta = max_diff(dbeta, ref[2]) if ln else None
+    del ref
+
+    reps = B.reps(n_sets, moved)
+    us = time_graph(ours, n_sets, reps)
+    torch_us = time_graph(torch_bwd, n_sets, reps, setup=torch_setup)
+    row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
+    row["torch_impl"] = torch_impl
+    add_cudnn(B, row, "layernorm" if ln else "rmsnorm", "bwd", esize)
+    row["max_abs_diff_vs_torch"] = diff
+    row["max_abs_diff_dgamma_vs_torch"] = diff_dgamma
+    if ln:
+        row["max_abs_diff_dbeta_vs_torch"] = diff_dbeta
+    row["buffer_sets"] = n_sets
+    return row
+
+
+def row_common(B: Bench, op, dtype, rows, cols, moved, us, torch_us) -> dict:
     gbps = moved / (us * 1e-6) / 1e9
-    oneflow = ONEFLOW_H200_FP16_49152.get(cols) if (gpu == "h200" and dtype == "fp16" and rows == 49152) else None
-    del xs, ys
-    torch.cuda.empty_cache()
     return {
-        "op": "layernorm_fwd", "dtype": dtype, "shape": [rows, cols],
-        "us": round(us, 2), "gbps": round(gbps, 1), "pct_copy": round(100 * gbps / copy_gbps, 1),
+        "op": op, "dtype": dtype, "shape": [rows, cols],
+        "us": round(us, 2), "gbps": round(gbps, 1), "pct_copy": round(100 * gbps / B.copy_gbps, 1),
         "torch_us": round(torch_us, 2), "vs_torch": round(torch_us / us, 3),
-        "oneflow_us": oneflow, "vs_oneflow": round(oneflow / us, 3) if oneflow else None,
-        "cudnn_us": None, "vs_cudnn": None,
-        "max_abs_diff_vs_torch": diff, "buffer_sets": n_sets,
+        "oneflow_us": None, "vs_oneflow": None, "cudnn_us": None, "vs_cudnn": None,
     }
 
 
+def add_cudnn(B: Bench, row: dict, norm: str, direction: str, esize: int) -> None:
+    rows, cols = row["shape"]
+    pub = CUDNN_H200_BF16_TBPS.get((norm, rows, cols))
+    if pub is None or row["dtype"] != "bf16":
+        return
+    tbps = pub[0] if direction == "fwd" else pub[1]
+    nbytes = cudnn_bytes(norm, direction, rows, cols, esize)
+    row["cudnn_published_tbps"] = tbps
+    row["tbps_cudnn_bytes"] = round(nbytes / (row["us"] * 1e-6) / 1e12, 3)
+    if B.gpu == "h200":  # the published figure is an H200's
+        cudnn_us = nbytes / (tbps * 1e12) * 1e6
+        row["cudnn_us"] = round(cudnn_us, 2)
+        row["vs_cudnn"] = round(cudnn_us / row["us"], 3)
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
 def markdown(result: dict) -> str:
-    lines = [f"# LayerNorm forward on {result['gpu_name']} ({result['date']})", "",
+    lines = [f"# LayerNorm / RMSNorm on {result['gpu_name']} ({result['date']}, PyTorch {result['torch']})", "",
              f"Copy bandwidth measured in the same run: {result['copy_gbps']:.0f} GB/s (read + write).",
-             "Bytes counted: read x + write y. Times: median µs per launch, CUDA-graph replay, "
-             "inputs rotated over > 8x L2. OneFlow: design.md §7 anchor (H200), not measured here.", "",
-             "| dtype | shape | ours µs | GB/s | % copy | PyTorch µs | vs PyTorch | OneFlow µs | vs OneFlow | max |diff| vs PyTorch |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        of = f"{r['oneflow_us']}" if r["oneflow_us"] else "—"
-        vof = f"{r['vs_oneflow']:.2f}x" if r["vs_oneflow"] else "—"
-        lines.append(f"| {r['dtype']} | {r['shape'][0]}×{r['shape'][1]} | {r['us']:.1f} | {r['gbps']:.0f} | "
-                     f"{r['pct_copy']:.0f}% | {r['torch_us']:.1f} | {r['vs_torch']:.2f}x | {of} | {vof} | "
-                     f"{r['max_abs_diff_vs_torch']:.2g} |")
-    return "\n".join(lines) + "\n"
+             "Times: median µs per launch, CUDA-graph replay, inputs rotated over > 8x L2. GB/s and % copy "
+             "count the bytes stated per op. vs X = X µs / our µs (above 1: we are faster). OneFlow: "
+             "design.md §7 anchor (H200), not measured here. cuDNN: cuDNN 9.19.1's published H200 TB/s for "
+             "that shape; 'ours TB/s (cuDNN bytes)' counts bytes as it does (parameters and statistics too), "
+             "and cuDNN µs is its byte count over its TB/s.", ""]
+    for op in OPS:
+        rows = [r for r in result["rows"] if r["op"] == op]
+        if not rows:
+            continue
+        has = lambda k: any(r.get(k) is not None for r in rows)  # noqa: E731
+        cols = [("dtype", lambda r: r["dtype"]),
+                ("shape", lambda r: f"{r['shape'][0]}×{r['shape'][1]}"),
+                ("ours µs", lambda r: f"{r['us']:.1f}"),
+                ("GB/s", lambda r: f"{r['gbps']:.0f}"),
+                ("% copy", lambda r: f"{r['pct_copy']:.0f}%"),
+                ("PyTorch µs", lambda r: f"{r['torch_us']:.1f}"),
+                ("vs PyTorch", lambda r: f"{r['vs_torch']:.2f}x")]
+        if has("unfused_us"):
+            cols += [("unfused (add + ours) µs", lambda r: f"{r['unfused_us']:.1f}"),
+                     ("vs unfused", lambda r: f"{r['vs_unfused']:.2f}x")]
+        if has("oneflow_us"):
+            cols += [("OneFlow µs", lambda r: f"{r['oneflow_us']}" if r.get("oneflow_us") else "—"),
+                     ("vs OneFlow", lambda r: f"{r['vs_oneflow']:.2f}x" if r.get("vs_oneflow") else "—")]
+        if has("cudnn_published_tbps"):
+            cols += [("cuDNN TB/s (published)",
+                      lambda r: f"{r['cudnn_published_tbps']}" if r.get("cudnn_published_tbps") else "—"),
+                     ("ours TB/s (cuDNN bytes)",
+                      lambda r: f"{r['tbps_cudnn_bytes']:.2f}" if r.get("tbps_cudnn_bytes") else "—"),
+                     ("vs cuDNN", lambda r: f"{r['vs_cudnn']:.2f}x" if r.get("vs_cudnn") else "—")]
+        cols += [("max abs diff vs PyTorch", lambda r: f"{r['max_abs_diff_vs_torch']:.2g}")]
+        if has("max_abs_diff_dgamma_vs_torch"):
+            cols += [("dγ max abs diff", lambda r: f"{r['max_abs_diff_dgamma_vs_torch']:.2g}")]
+        lines += [f"## {op}", "", f"Bytes counted: {BYTES[op]}. PyTorch: `{rows[0].get('torch_impl', '')}`.", "",
+                  "| " + " | ".join(c[0] for c in cols) + " |",
+                  "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(f(r) for _, f in cols) + " |" for r in rows]
+        lines.append("")
+    if result.get("errors"):
+        lines += ["## Errors", ""] + [f"- {e['op']} {e['dtype']} {e['shape'][0]}×{e['shape'][1]}: {e['error']}"
+                                      for e in result["errors"]] + [""]
+    return "\n".join(lines)
+
+
+def summary(r: dict) -> str:
+    s = (f"{r['op']} {r['dtype']} {r['shape'][0]}x{r['shape'][1]}: {r['us']:.1f} us, {r['gbps']:.0f} GB/s "
+         f"({r['pct_copy']:.0f}% copy), torch {r['torch_us']:.1f} us ({r['vs_torch']:.2f}x)")
+    if r.get("unfused_us") is not None:
+        s += f", unfused {r['unfused_us']:.1f} us ({r['vs_unfused']:.2f}x)"
+    if r.get("oneflow_us") is not None:
+        s += f", oneflow {r['oneflow_us']} ({r['vs_oneflow']:.2f}x)"
+    if r.get("cudnn_published_tbps") is not None:
+        s += f", {r['tbps_cudnn_bytes']:.2f} TB/s cuDNN-bytes vs cuDNN {r['cudnn_published_tbps']}"
+    return s + f", diff {r['max_abs_diff_vs_torch']:.2g}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    ap.add_argument("--quick", action="store_true", help="every third shape of each op, fewer repetitions")
+    ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
     args = ap.parse_args()
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown:
+        ap.error(f"unknown op(s) {unknown}; choose from {list(OPS)}")
     os.makedirs(args.out, exist_ok=True)
-    props = torch.cuda.get_device_properties(0)
-    gpu = gpu_tag(props.name)
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
-    copy = copy_bandwidth_gbps()
-    print(f"{props.name}: copy {copy:.0f} GB/s, L2 {l2 >> 20} MiB", flush=True)
-    reps = 10 if args.quick else 30
-    shapes = [(49152, c, "fp16") for c in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)]
-    shapes += [(49152, 1024, "fp32"), (49152, 8192, "fp32"), (49152, 1024, "bf16"), (1024, 12288, "bf16"),
-               (49152, 1000, "fp16"), (49152, 768, "fp16")]
-    if args.quick:
-        shapes = shapes[::3]
-    rows = []
-    for r, c, dt in shapes:
-        row = bench_layernorm_fwd(r, c, dt, l2, copy, gpu, reps)
-        rows.append(row)
-        print(f"layernorm_fwd {dt} {r}x{c}: {row['us']:.1f} us, {row['gbps']:.0f} GB/s "
-              f"({row['pct_copy']:.0f}% copy), torch {row['torch_us']:.1f} us ({row['vs_torch']:.2f}x), "
-              f"oneflow {row['oneflow_us']}, diff {row['max_abs_diff_vs_torch']:.2g}", flush=True)
-    result = {"gpu": gpu, "gpu_name": props.name, "date": datetime.date.today().isoformat(),
-              "copy_gbps": round(copy, 1), "torch": torch.__version__, "rows": rows}
-    with open(os.path.join(args.out, f"{gpu}.json"), "w") as f:
+    B = Bench(reps=10 if args.quick else 30)
+    print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
+    rows, errors = [], []
+    for op, dt, r, c in plan(args.quick):
+        if op not in ops:
+            continue
+        try:
+            row = (bench_bwd if op.endswith("_bwd") else bench_fwd)(B, op, dt, r, c)
+            rows.append(row)
+            print(summary(row), flush=True)
+        except Exception as e:  # noqa: BLE001 - record it, go on with the other shapes
+            errors.append({"op": op, "dtype": dt, "shape": [r, c], "error": f"{type(e).__name__}: {e}"})
+            print(f"ERROR {op} {dt} {r}x{c}: {type(e).__name__}: {e}", flush=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+    result = {"gpu": B.gpu, "gpu_name": B.name, "date": datetime.date.today().isoformat(),
+              "copy_gbps": round(B.copy_gbps, 1), "torch": torch.__version__,
+              "bytes_counted": {op: BYTES[op] for op in OPS}, "rows": rows}
+    if errors:
+        result["errors"] = errors
+    with open(os.path.join(args.out, f"{B.gpu}.json"), "w") as f:
         json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, f"{gpu}.md"), "w") as f:
+    with open(os.path.join(args.out, f"{B.gpu}.md"), "w") as f:
         f.write(markdown(result))
     print(markdown(result))
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

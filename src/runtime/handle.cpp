@@ -24,10 +24,17 @@ cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int
     *blocks_per_sm = it->second;
     return cudaSuccess;
   }
-  // Kernels get more than the default 48 KiB of dynamic shared memory only
-  // after opting in; open each kernel once to the largest size asked so far.
+  // A block gets more than 48 KiB of shared memory (static + dynamic) only
+  // after the kernel opts in; open each kernel once to the largest size asked
+  // so far. (A 48 KiB row plus the reduction scratch failed to launch
+  // without it: cudaErrorInvalidConfiguration, H200, 2026-11-22.)
   constexpr size_t kDefaultSmem = 48 * 1024;
-  if (smem > kDefaultSmem) {
+  cudaFuncAttributes attr{};
+  if (smem > 0) {
+    cudaError_t err = cudaFuncGetAttributes(&attr, func);
+    if (err != cudaSuccess) return err;
+  }
+  if (smem + attr.sharedSizeBytes > kDefaultSmem) {
     size_t &opened = smem_limit_[func];
     if (smem > opened) {
       cudaError_t err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -1,5 +1,8 @@
-"""The Python binding: its enums match the C header, errors carry the
-library's message, descriptors round-trip. Needs no GPU."""
+"""The Python binding: its enums and ctypes prototypes match the C header,
+errors carry the library's message naming the argument, descriptors
+round-trip. Needs no GPU: the workspace queries (which take a handle, and a
+handle needs a device) skip when Handle() reports NO_DEVICE."""
+import ctypes
 import os
 import re
 import sys
@@ -10,22 +13,109 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 
 import fusednorm as fn  # noqa: E402
 
+with open(os.path.join(ROOT, "api", "fusednorm.h")) as f:
+    HEADER = f.read()
+# Comments out, so that prose mentioning a name or an "= 0" cannot match.
+HEADER_CODE = re.sub(r"/\*.*?\*/", " ", HEADER, flags=re.S)
 
-def header_enum(prefix):
-    text = open(os.path.join(ROOT, "api", "fusednorm.h")).read()
-    return {m.group(1): int(m.group(2)) for m in re.finditer(rf"\b{prefix}(\w+)\s*=\s*(\d+)", text)}
+
+def header_enum(typedef_name):
+    """{NAME without prefix: value} of `typedef enum <typedef_name> {...}`;
+    the prefix is what all its constants share (FNORM_STATUS_, ...)."""
+    m = re.search(rf"typedef\s+enum\s+{typedef_name}\s*\{{(.*?)\}}", HEADER_CODE, re.S)
+    assert m, f"enum {typedef_name} not in the header"
+    items = re.findall(r"\b(FNORM_\w+)\s*=\s*(\d+)", m.group(1))
+    names = [n for n, _ in items]
+    prefix = os.path.commonprefix(names)
+    prefix = prefix[:prefix.rfind("_") + 1]
+    return {n[len(prefix):]: int(v) for n, v in items}
 
 
-class BindingTest(unittest.TestCase):
+def header_functions():
+    """{name: [parameter C types]} for every FNORM_API function."""
+    out = {}
+    for m in re.finditer(r"FNORM_API\s+([^;{]*?)\b(fnorm_\w+)\s*\(([^)]*)\)\s*;", HEADER_CODE, re.S):
+        params = " ".join(m.group(3).split())
+        out[m.group(2)] = (m.group(1).strip(),
+                           [] if params in ("", "void") else [p.strip() for p in params.split(",")])
+    return out
+
+
+OPAQUE = ("fnorm_handle_t", "fnorm_tensor_desc_t", "fnorm_norm_desc_t", "fnorm_stream_t")
+INT_SIZES = {"int32_t": 4, "uint32_t": 4, "int": 4, "size_t": ctypes.sizeof(ctypes.c_size_t),
+             "fnorm_status_t": 4, "fnorm_dtype_t": 4, "fnorm_norm_mode_t": 4}
+
+
+def c_kind(param):
+    """What crosses the ABI for a C parameter or result type: ('ptr',),
+    ('double',) or ('int', bytes)."""
+    if "*" in param or any(re.search(rf"\b{t}\b", param) for t in OPAQUE):
+        return ("ptr",)
+    if re.search(r"\bdouble\b", param):
+        return ("double",)
+    for t, size in INT_SIZES.items():
+        if re.search(rf"\b{t}\b", param):
+            return ("int", size)
+    raise AssertionError(f"unknown C parameter type: {param!r}")
+
+
+def ctypes_kind(t):
+    if t in (ctypes.c_void_p, ctypes.c_char_p) or issubclass(t, ctypes._Pointer):
+        return ("ptr",)
+    if t is ctypes.c_double:
+        return ("double",)
+    if t is ctypes.c_float:
+        return ("float",)
+    return ("int", ctypes.sizeof(t))
+
+
+def handle_or_skip(test):
+    """A handle, or skip the test where no GPU/driver is present."""
+    try:
+        return fn.Handle()
+    except fn.FusedNormError as e:
+        if e.status == fn.Status.NO_DEVICE:
+            test.skipTest(f"no CUDA device: {e.message}")
+        raise
+
+
+class EnumsAndPrototypes(unittest.TestCase):
     def test_enums_match_header(self):
-        self.assertEqual(header_enum("FNORM_STATUS_"), {s.name: s.value for s in fn.Status})
-        self.assertEqual(header_enum("FNORM_DTYPE_"), {d.name: d.value for d in fn.DType})
-        self.assertEqual(header_enum("FNORM_NORM_"), {m.name: m.value for m in fn.NormMode})
+        self.assertEqual(header_enum("fnorm_status"), {s.name: s.value for s in fn.Status})
+        self.assertEqual(header_enum("fnorm_dtype"), {d.name: d.value for d in fn.DType})
+        self.assertEqual(header_enum("fnorm_norm_mode"), {m.name: m.value for m in fn.NormMode})
+        self.assertEqual(header_enum("fnorm_norm_flag"), {f.name: f.value for f in fn.NormFlag})
+        m = re.search(r"#define\s+FNORM_MAX_RANK\s+(\d+)", HEADER_CODE)
+        self.assertEqual(int(m.group(1)), fn.MAX_RANK)
 
+    def test_prototypes_match_header(self):
+        funcs = header_functions()
+        self.assertIn("fnorm_norm_bwd", funcs)  # the parser found the header's functions
+        self.assertEqual(len(funcs["fnorm_norm_bwd"][1]), 18)
+        self.assertEqual(sorted(funcs), sorted(fn._PROTOTYPES),
+                         "functions in the header but not bound, or bound but not in the header")
+        for name, (result, params) in funcs.items():
+            res, args = fn._PROTOTYPES[name]
+            with self.subTest(function=name):
+                self.assertEqual(ctypes_kind(res), c_kind(result), f"{name}: result ({result})")
+                self.assertEqual(len(args), len(params), f"{name}: arity")
+                for i, (p, a) in enumerate(zip(params, args)):
+                    self.assertEqual(ctypes_kind(a), c_kind(p), f"{name} parameter {i} ({p})")
+
+
+class Host(unittest.TestCase):
     def test_version(self):
-        text = open(os.path.join(ROOT, "api", "fusednorm_version.h")).read()
+        with open(os.path.join(ROOT, "api", "fusednorm_version.h")) as f:
+            text = f.read()
         want = tuple(int(re.search(rf"FNORM_VERSION_{k} (\d+)", text).group(1)) for k in ("MAJOR", "MINOR", "PATCH"))
         self.assertEqual(fn.version(), want)
+
+    def test_error_string_and_category(self):
+        text = fn.lib.fnorm_get_error_string(fn.Status.BAD_PARAM_SHAPE)
+        self.assertTrue(text.startswith(b"FNORM_STATUS_BAD_PARAM_SHAPE"), text)
+        self.assertEqual(fn.lib.fnorm_get_error_string(1234567), b"FNORM_STATUS_UNKNOWN")
+        self.assertEqual(fn.lib.fnorm_status_category(fn.Status.INSUFFICIENT_WORKSPACE), fn.Status.BAD_PARAM)
+        self.assertEqual(fn.lib.fnorm_status_category(fn.Status.NOT_SUPPORTED_BUILD), fn.Status.NOT_SUPPORTED)
 
     def test_errors_name_the_argument(self):
         with self.assertRaises(fn.FusedNormError) as cm:
@@ -34,15 +124,113 @@ class BindingTest(unittest.TestCase):
         self.assertIn("dims[1]", str(cm.exception))
         with self.assertRaises(fn.FusedNormError) as cm:
             fn.NormDesc(eps=-1.0)
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
         self.assertIn("epsilon", str(cm.exception))
-
-    def test_workspace_query(self):
-        x = fn.TensorDesc(fn.DType.BFLOAT16, [8, 4096])
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.NormDesc(mode=7)
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+        self.assertIn("mode", str(cm.exception))
         nd = fn.NormDesc()
-        import ctypes
-        ws = ctypes.c_size_t(99)
-        fn.check(fn.lib.fnorm_layernorm_fwd_workspace_size(nd.ptr, x.ptr, x.ptr, ctypes.byref(ws)))
-        self.assertEqual(ws.value, 0)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            nd.flags = 1 << 7
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+        self.assertIn("flags", str(cm.exception))
+        self.assertEqual(nd.flags, fn.NormFlag.NONE, "a failed set_flags must leave the flags as they were")
+
+    def test_tensor_desc_round_trip(self):
+        d = fn.TensorDesc(fn.DType.BFLOAT16, [3, 5, 7], [70, 14, 1])
+        self.assertEqual(d.get(), (fn.DType.BFLOAT16, [3, 5, 7], [70, 14, 1]))
+        self.assertEqual(d.elements, 105)
+        packed = fn.TensorDesc(fn.DType.FLOAT32, [2, 6])
+        self.assertEqual(packed.get(), (fn.DType.FLOAT32, [2, 6], [6, 1]))
+
+    def test_norm_desc_round_trip(self):
+        nd = fn.NormDesc()
+        self.assertEqual(nd.get(), (fn.NormMode.LAYERNORM, -1, 1e-5))
+        self.assertEqual(nd.flags, fn.NormFlag.NONE)
+        nd.flags = fn.NormFlag.ZERO_CENTERED_GAMMA
+        self.assertEqual(nd.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
+        # fnorm_norm_desc_set keeps the flags.
+        fn.check(fn.lib.fnorm_norm_desc_set(nd.ptr, fn.NormMode.RMSNORM, -2, 1e-6))
+        self.assertEqual(nd.get(), (fn.NormMode.RMSNORM, -2, 1e-6))
+        self.assertEqual(nd.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
+        z = fn.NormDesc(fn.NormMode.RMSNORM, -1, 1e-6, fn.NormFlag.ZERO_CENTERED_GAMMA)
+        self.assertEqual(z.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
+
+    def test_null_handle_is_named(self):
+        # Validation runs on the host before anything touches a device, so a
+        # NULL handle is reported the same with or without a GPU.
+        x = fn.TensorDesc(fn.DType.FLOAT16, [8, 256])
+        nd = fn.NormDesc()
+        ws = ctypes.c_size_t(12345)
+        st = fn.lib.fnorm_norm_fwd_workspace_size(None, nd.ptr, x.ptr, x.ptr, ctypes.byref(ws))
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        self.assertEqual(ws.value, 12345, "nothing is written on failure")
+        st = fn.lib.fnorm_norm_bwd_workspace_size(None, nd.ptr, x.ptr, None, ctypes.byref(ws))
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        st = fn.lib.fnorm_norm_fwd(None, None, nd.ptr, x.ptr, 0x1000, None, None, None, None, None,
+                                   x.ptr, 0x2000, None, None, None, 0)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        st = fn.lib.fnorm_norm_bwd(None, None, nd.ptr, x.ptr, 0x1000, x.ptr, 0x2000, 0x2800, 0x3000,
+                                   None, None, None, x.ptr, 0x4000, None, None, None, 0)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+
+
+class WorkspaceQueries(unittest.TestCase):
+    """Size queries take a handle (their answer may depend on the device), so
+    these need a GPU; they touch none beyond creating the handle."""
+
+    def setUp(self):
+        self.h = handle_or_skip(self)
+
+    def test_fwd_workspace(self):
+        x = fn.TensorDesc(fn.DType.BFLOAT16, [8, 4096])
+        w32 = fn.TensorDesc(fn.DType.FLOAT32, [4096])
+        for mode in fn.NormMode:
+            for flags in fn.NormFlag:
+                with self.subTest(mode=mode, flags=flags):
+                    nd = fn.NormDesc(mode, -1, 1e-5, flags)
+                    # 0 today, as the header documents.
+                    self.assertEqual(fn.norm_fwd_workspace_size(self.h, nd, x, x), 0)
+                    self.assertGreaterEqual(fn.norm_bwd_workspace_size(self.h, nd, x, w32), 0)
+
+    def test_bwd_workspace_holds_partial_sums(self):
+        # dgamma/dbeta are reduced across rows through per-block partial sums
+        # in the workspace: with many rows and a w_desc there are some.
+        x = fn.TensorDesc(fn.DType.FLOAT16, [8192, 4096])
+        w = fn.TensorDesc(fn.DType.FLOAT16, [4096])
+        for mode in fn.NormMode:
+            with self.subTest(mode=mode):
+                n = fn.norm_bwd_workspace_size(self.h, fn.NormDesc(mode), x, w)
+                self.assertGreater(n, 0)
+
+    def test_queries_validate_and_name_the_argument(self):
+        x = fn.TensorDesc(fn.DType.FLOAT16, [8, 256])
+        nd = fn.NormDesc()
+        y_bad_shape = fn.TensorDesc(fn.DType.FLOAT16, [8, 128])
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.norm_fwd_workspace_size(self.h, nd, x, y_bad_shape)
+        self.assertEqual(fn.lib.fnorm_status_category(cm.exception.status), fn.Status.BAD_PARAM)
+        self.assertIn("y_desc", cm.exception.message)
+        y_bad_dtype = fn.TensorDesc(fn.DType.FLOAT32, [8, 256])
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.norm_fwd_workspace_size(self.h, nd, x, y_bad_dtype)
+        self.assertIn("y_desc", cm.exception.message)
+        w_bad = fn.TensorDesc(fn.DType.FLOAT16, [255])
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.norm_bwd_workspace_size(self.h, nd, x, w_bad)
+        self.assertEqual(fn.lib.fnorm_status_category(cm.exception.status), fn.Status.BAD_PARAM)
+        self.assertIn("w_desc", cm.exception.message)
+        st = fn.lib.fnorm_norm_fwd_workspace_size(self.h.ptr, nd.ptr, x.ptr, x.ptr, None)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("workspace_bytes", fn.last_error_message())
+
+    def test_handle_device(self):
+        self.assertGreaterEqual(self.h.device, 0)
 
 
 if __name__ == "__main__":

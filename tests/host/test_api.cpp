@@ -424,6 +424,7 @@ void test_plan() {
       {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::ColumnTiled},
+      {FNORM_DTYPE_FLOAT16, 32768, 8, fnorm::Tier::ColumnTiled},
       {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT32, 100000, 4, fnorm::Tier::ColumnTiled},
       {FNORM_DTYPE_BFLOAT16, 33, 1, fnorm::Tier::Warp},
