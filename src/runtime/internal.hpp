@@ -157,27 +157,22 @@ int choose_pack(const RowView &v, std::initializer_list<const void *> data,
                 std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
                 bool param_f32);
 
-struct NormFwdPlan {
-  const NormFwdInstance *instance = nullptr;
+// The chosen kernel instance and the launch shape it needs.
+template <class Instance>
+struct Plan {
+  const Instance *instance = nullptr;
   int pack = 1;
   Tier tier = Tier::Warp;
   int npack = 0;
-  int width_log2 = 0;
-  int block_threads = 0;
+  int width_log2 = 0;     // warp tier
+  int block_threads = 0;  // block-register tier
 };
+using NormFwdPlan = Plan<NormFwdInstance>;
+using NormBwdPlan = Plan<NormBwdInstance>;
 
 // Picks tier and instance for a forward with the given pack.
 // Throws NOT_SUPPORTED_BUILD when no instance fits.
 NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev);
-
-struct NormBwdPlan {
-  const NormBwdInstance *instance = nullptr;
-  int pack = 1;
-  Tier tier = Tier::Warp;
-  int npack = 0;
-  int width_log2 = 0;
-  int block_threads = 0;
-};
 
 NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev);
 

@@ -214,17 +214,35 @@ int choose_pack(const RowView &v, std::initializer_list<const void *> data,
   return 1;
 }
 
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) {
-  const size_t elem = dtype_size(view.dtype);
-  NormFwdPlan plan;
-  plan.pack = pack;
-  const int64_t packs = view.cols / pack;
-  // Register tiers aim at kTargetNpack packs per thread (independent loads
-  // in flight before the first reduction): the narrowest power-of-two group
-  // that gets there, then the fewest packs per thread that cover the row.
-  constexpr int64_t kTargetNpack = 4;
+namespace {
+
+// The instance of `tier` for (dtype, pack) with the fewest packs per thread
+// among those `fits` accepts, or null.
+template <class Instance, class Fits>
+const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t dtype, int pack,
+                             Tier tier, Fits fits) {
+  const Instance *best = nullptr;
+  for (size_t i = 0; i < count; ++i) {
+    const Instance &c = table[i];
+    if (c.dtype == dtype && c.pack == pack && c.tier == tier && fits(c.npack) &&
+        (best == nullptr || c.npack < best->npack))
+      best = &c;
+  }
+  return best;
+}
+
+// The register tiers, shared by forward and backward: a group of lanes per
+// row, else one block (of at most max_block threads) per row. They aim at
+// target_npack packs per thread (independent loads in flight before the
+// first reduction): the narrowest power-of-two group that gets there, then
+// the fewest packs per thread that cover the row. Returns false when the row
+// is too long for registers.
+template <class Instance>
+bool plan_register_tiers(const Instance *table, size_t count, const RowView &view, const DeviceInfo &dev,
+                         int64_t target_npack, int64_t max_block, Plan<Instance> &plan) {
+  const int64_t packs = view.cols / plan.pack;
   int width_log2 = 0;
-  while ((int64_t{kTargetNpack} << width_log2) < packs && width_log2 < 5) ++width_log2;
+  while ((target_npack << width_log2) < packs && width_log2 < 5) ++width_log2;
   // Few rows: spread each row over more lanes (fewer packs each) until the
   // rows fill the device's resident threads, so small problems still use
   // every SM (49152 rows of 32 fp16 columns ran 2x slower at one lane per
@@ -233,101 +251,60 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) 
   while (width_log2 < 5 && (int64_t{1} << width_log2) < packs && (view.rows << width_log2) < resident)
     ++width_log2;
   const int64_t need = (packs + (int64_t{1} << width_log2) - 1) >> width_log2;
-  const NormFwdInstance *best = nullptr;
-  for (size_t i = 0; i < kNormFwdInstanceCount; ++i) {
-    const NormFwdInstance &c = kNormFwdInstances[i];
-    if (c.dtype == view.dtype && c.pack == pack && c.tier == Tier::Warp && c.npack >= need &&
-        (best == nullptr || c.npack < best->npack))
-      best = &c;
-  }
-  if (best != nullptr) {
+  plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::Warp,
+                               [need](int n) { return n >= need; });
+  if (plan.instance != nullptr) {
     plan.tier = Tier::Warp;
-    plan.npack = best->npack;
+    plan.npack = plan.instance->npack;
     plan.width_log2 = width_log2;
-  } else {
-    // Block-register tier: the fewest packs per thread whose block (a whole
-    // number of warps) holds the row in at most 1024 threads.
-    for (size_t i = 0; i < kNormFwdInstanceCount; ++i) {
-      const NormFwdInstance &c = kNormFwdInstances[i];
-      if (c.dtype != view.dtype || c.pack != pack || c.tier != Tier::BlockRegisters) continue;
-      const int64_t block = ceil_div(ceil_div(packs, c.npack), 32) * 32;
-      if (block <= 1024 && (best == nullptr || c.npack < best->npack)) {
-        best = &c;
-        plan.block_threads = static_cast<int>(block);
-      }
-    }
-    if (best != nullptr) {
-      plan.tier = Tier::BlockRegisters;
-      plan.npack = best->npack;
-    } else {
-      // Static shared memory of the block kernels (reduction scratch) is
-      // small; keep 1 KiB of margin for it.
-      const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * elem;
-      plan.tier = row_bytes + 1024 <= static_cast<uint64_t>(dev.max_smem_optin) ? Tier::BlockSmem
-                                                                              : Tier::BlockUncached;
-      for (size_t i = 0; i < kNormFwdInstanceCount; ++i) {
-        const NormFwdInstance &c = kNormFwdInstances[i];
-        if (c.dtype == view.dtype && c.pack == pack && c.tier == plan.tier) best = &c;
-      }
-    }
+    return true;
   }
-  FNORM_REQUIRE(best != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+  // One block per row: a whole number of warps holding the row.
+  auto block_for = [packs](int n) { return ceil_div(ceil_div(packs, n), 32) * 32; };
+  plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::BlockRegisters,
+                               [&](int n) { return block_for(n) <= max_block; });
+  if (plan.instance == nullptr) return false;
+  plan.tier = Tier::BlockRegisters;
+  plan.npack = plan.instance->npack;
+  plan.block_threads = static_cast<int>(block_for(plan.npack));
+  return true;
+}
+
+auto any_npack = [](int) { return true; };
+
+}  // namespace
+
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) {
+  NormFwdPlan plan;
+  plan.pack = pack;
+  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, 4, 1024, plan)) {
+    // Static shared memory of the block kernels (reduction scratch) is small;
+    // keep 1 KiB of margin for it.
+    const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * dtype_size(view.dtype);
+    plan.tier = row_bytes + 1024 <= static_cast<uint64_t>(dev.max_smem_optin) ? Tier::BlockSmem
+                                                                            : Tier::BlockUncached;
+    plan.instance = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
+  }
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "no normalization forward kernel for dtype %s, pack %d in this build (the "
                 "build's dtypes option left it out)",
                 dtype_name(view.dtype), pack);
-  plan.instance = best;
   return plan;
 }
 
 NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) {
   NormBwdPlan plan;
   plan.pack = pack;
-  const int64_t packs = view.cols / pack;
-  // Backward holds four values per element (x_hat, g, and two accumulators):
-  // two packs per thread is its register tiers' target.
-  constexpr int64_t kTargetNpack = 2;
-  int width_log2 = 0;
-  while ((int64_t{kTargetNpack} << width_log2) < packs && width_log2 < 5) ++width_log2;
-  const int64_t resident = int64_t{dev.sm_count} * dev.max_threads_per_sm;
-  while (width_log2 < 5 && (int64_t{1} << width_log2) < packs && (view.rows << width_log2) < resident)
-    ++width_log2;
-  const int64_t need = (packs + (int64_t{1} << width_log2) - 1) >> width_log2;
-  const NormBwdInstance *best = nullptr;
-  for (size_t i = 0; i < kNormBwdInstanceCount; ++i) {
-    const NormBwdInstance &c = kNormBwdInstances[i];
-    if (c.dtype == view.dtype && c.pack == pack && c.tier == Tier::Warp && c.npack >= need &&
-        (best == nullptr || c.npack < best->npack))
-      best = &c;
+  // Backward holds four values per element (x_hat, g and the two dgamma /
+  // dbeta accumulators): two packs per thread, blocks of at most 512
+  // threads (128 registers each).
+  if (!plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 2, 512, plan)) {
+    plan.tier = Tier::ColumnTiled;
+    plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
   }
-  if (best != nullptr) {
-    plan.tier = Tier::Warp;
-    plan.npack = best->npack;
-    plan.width_log2 = width_log2;
-  } else {
-    for (size_t i = 0; i < kNormBwdInstanceCount; ++i) {
-      const NormBwdInstance &c = kNormBwdInstances[i];
-      if (c.dtype != view.dtype || c.pack != pack || c.tier != Tier::BlockRegisters) continue;
-      const int64_t block = ceil_div(ceil_div(packs, c.npack), 32) * 32;
-      if (block <= 512 && (best == nullptr || c.npack < best->npack)) {
-        best = &c;
-        plan.block_threads = static_cast<int>(block);
-      }
-    }
-    if (best != nullptr) {
-      plan.tier = Tier::BlockRegisters;
-      plan.npack = best->npack;
-    } else {
-      plan.tier = Tier::ColumnTiled;
-      for (size_t i = 0; i < kNormBwdInstanceCount; ++i) {
-        const NormBwdInstance &c = kNormBwdInstances[i];
-        if (c.dtype == view.dtype && c.pack == pack && c.tier == Tier::ColumnTiled) best = &c;
-      }
-    }
-  }
-  FNORM_REQUIRE(best != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "no normalization backward kernel for dtype %s, pack %d in this build",
                 dtype_name(view.dtype), pack);
-  plan.instance = best;
   return plan;
 }
 
