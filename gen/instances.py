@@ -109,19 +109,26 @@ def norm_fwd_instances(dtypes) -> list[Instance]:
     return out
 
 
-# Backward keeps x_hat, g and the dgamma/dbeta accumulators per value: at
-# most this many values per thread in its register tiers (about 90
-# registers), half the forward's, so the target is two packs per thread.
-BWD_MAX_ELEMS_PER_THREAD = 16
+# Backward keeps x and dy (as stored) and the two fp32 dgamma/dbeta
+# accumulators per value: at most 64 bytes of x per thread (four 16-byte
+# packs: 32 fp16/bf16 values or 16 fp32 values) in its register tiers.
+BWD_MAX_BYTES_PER_THREAD = 64
+
+
+def _bwd_fits(dtype: str, pack: int, n: int) -> bool:
+    return n * pack * DTYPES[dtype][2] <= BWD_MAX_BYTES_PER_THREAD
 
 
 def bwd_warp_npacks(dtype: str, pack: int) -> list[int]:
-    return [n for n in (1, 2, 4, 8, 16) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
+    return [n for n in (1, 2, 4, 8, 16, 32) if _bwd_fits(dtype, pack, n)]
 
 
 def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
-    # 16 packs of 1 spilled at 512 threads (ptxas, sm_90, 2026-11-22).
-    return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
+    # At the 512-thread block's 128 registers, 16 packs of 1 spilled, and so
+    # did 32 bf16 values per thread (368 bytes; bf16 backward then ran 1.2-2x
+    # slower than at 16 values, H200, 2026-11-22). fp16 at 32 values did not.
+    limit = 16 if dtype == "bf16" else 32
+    return [n for n in (2, 4, 8) if _bwd_fits(dtype, pack, n) and n * pack <= limit]
 
 
 def norm_bwd_instances(dtypes) -> list[Instance]:

@@ -27,11 +27,10 @@ namespace fnorm {
 template <typename T, int PACK>
 struct BwdRowIo {
   const NormBwdParams &p;
-  __device__ __forceinline__ void load(int64_t row, int64_t col, float mean, float rstd,
-                                       float (&xh)[PACK], float (&g)[PACK], float (&dyv)[PACK]) const {
-    float xv[PACK];
-    load_pack<T, PACK>(static_cast<const T *>(p.x) + row * p.x_row_stride + col, xv);
-    load_pack<T, PACK>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col, dyv);
+  // x_hat and g of a pack from x and dy as stored (T), the scale from gamma.
+  __device__ __forceinline__ void derive(const Pack<T, PACK> &xr, const Pack<T, PACK> &dyr, int64_t col,
+                                         float mean, float rstd, float (&xh)[PACK], float (&g)[PACK],
+                                         float (&dyv)[PACK]) const {
     float sc[PACK];
     if (p.gamma != nullptr) {
       load_param<T, PACK>(p.gamma, p.param_f32, col, sc);
@@ -43,9 +42,20 @@ struct BwdRowIo {
     }
 #pragma unroll
     for (int i = 0; i < PACK; ++i) {
-      xh[i] = (xv[i] - mean) * rstd;
+      dyv[i] = Convert<T>::to_float(dyr.v[i]);
+      xh[i] = (Convert<T>::to_float(xr.v[i]) - mean) * rstd;
       g[i] = dyv[i] * sc[i];
     }
+  }
+  __device__ __forceinline__ void load_raw(int64_t row, int64_t col, Pack<T, PACK> &xr, Pack<T, PACK> &dyr) const {
+    xr = *reinterpret_cast<const Pack<T, PACK> *>(static_cast<const T *>(p.x) + row * p.x_row_stride + col);
+    dyr = *reinterpret_cast<const Pack<T, PACK> *>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col);
+  }
+  __device__ __forceinline__ void load(int64_t row, int64_t col, float mean, float rstd,
+                                       float (&xh)[PACK], float (&g)[PACK], float (&dyv)[PACK]) const {
+    Pack<T, PACK> xr, dyr;
+    load_raw(row, col, xr, dyr);
+    derive(xr, dyr, col, mean, rstd, xh, g, dyv);
   }
   __device__ __forceinline__ void store_dx(int64_t row, int64_t col, float rstd, float c1, float c2,
                                            const float (&xh)[PACK], const float (&g)[PACK]) const {
@@ -64,6 +74,9 @@ struct BwdRowIo {
 
 // One row held by `width` threads, NPACK packs each (pack k of lane l at
 // column (k * width + l) * PACK); dg/db accumulate this thread's columns.
+// x and dy stay in registers as stored (T: half the registers of fp32 for
+// 16-bit data) and x_hat / g are derived again for dx, which frees registers
+// for more loads in flight.
 template <typename T, int PACK, int NPACK, class AllReduce2>
 __device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, int64_t row,
                                                        bool active, int lane, int width,
@@ -77,24 +90,26 @@ __device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, i
     mean = p.rms ? 0.f : p.mean[row];
     rstd = p.rstd[row];
   }
-  float xh[NPACK][PACK], g[NPACK][PACK];
+  Pack<T, PACK> xr[NPACK], dyr[NPACK];
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (active && pk < packs_per_row) io.load_raw(row, pk * PACK, xr[k], dyr[k]);
+  }
   float2 acc = make_float2(0.f, 0.f);
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
     if (active && pk < packs_per_row) {
-      float dyv[PACK];
-      io.load(row, pk * PACK, mean, rstd, xh[k], g[k], dyv);
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.derive(xr[k], dyr[k], pk * PACK, mean, rstd, xh, g, dyv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
-        acc.x += g[k][i];
-        acc.y += g[k][i] * xh[k][i];
-        dg[k][i] += dyv[i] * xh[k][i];
+        acc.x += g[i];
+        acc.y += g[i] * xh[i];
+        dg[k][i] += dyv[i] * xh[i];
         db[k][i] += dyv[i];
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) xh[k][i] = g[k][i] = 0.f;
     }
   }
   acc = allreduce2(acc);
@@ -105,7 +120,11 @@ __device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, i
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
-    if (pk < packs_per_row) io.store_dx(row, pk * PACK, rstd, c1, c2, xh[k], g[k]);
+    if (pk < packs_per_row) {
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.derive(xr[k], dyr[k], pk * PACK, mean, rstd, xh, g, dyv);
+      io.store_dx(row, pk * PACK, rstd, c1, c2, xh, g);
+    }
   }
 }
 
@@ -302,7 +321,7 @@ cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
   if constexpr (TIER == Tier::Warp) {
     norm_bwd_warp_kernel<T, PACK, NPACK><<<p.grid, kBwdWarpBlock, 0, ctx.stream>>>(p);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    static_assert(NPACK * PACK <= 16, "registers: x_hat, g, dgamma, dbeta per value at 512 threads");
+    static_assert(NPACK * PACK * sizeof(T) <= 64, "registers: x, dy (as T) and two fp32 accumulators per value at 512 threads");
     norm_bwd_block_kernel<T, PACK, NPACK><<<p.grid, p.block_threads, 0, ctx.stream>>>(p);
   } else {
     static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");

@@ -295,10 +295,10 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) 
 NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) {
   NormBwdPlan plan;
   plan.pack = pack;
-  // Backward holds four values per element (x_hat, g and the two dgamma /
-  // dbeta accumulators): two packs per thread, blocks of at most 512
-  // threads (128 registers each).
-  if (!plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 2, 512, plan)) {
+  // Backward holds x and dy (as stored) and two fp32 accumulators per value:
+  // four packs per thread as the forward, blocks of at most 512 threads (128
+  // registers each).
+  if (!plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 4, 512, plan)) {
     plan.tier = Tier::ColumnTiled;
     plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
   }

@@ -421,9 +421,11 @@ void test_plan() {
   const BwdCase bcases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 2048, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRegisters},
-      {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::ColumnTiled},
+      {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 16384, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 32768, 8, fnorm::Tier::ColumnTiled},
       {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT32, 100000, 4, fnorm::Tier::ColumnTiled},

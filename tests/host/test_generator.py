@@ -33,9 +33,11 @@ class InstanceListTest(unittest.TestCase):
         for i in instances.all_instances():
             if i.tier in ("warp", "block"):
                 self.assertGreaterEqual(i.npack, 1)
-                limit = (instances.WARP_MAX_ELEMS_PER_THREAD if i.op == "norm_fwd"
-                         else instances.BWD_MAX_ELEMS_PER_THREAD)
-                self.assertLessEqual(i.npack * i.pack, limit)
+                if i.op == "norm_fwd":
+                    self.assertLessEqual(i.npack * i.pack, instances.WARP_MAX_ELEMS_PER_THREAD)
+                else:
+                    self.assertLessEqual(i.npack * i.pack * instances.DTYPES[i.dtype][2],
+                                         instances.BWD_MAX_BYTES_PER_THREAD)
             else:
                 self.assertEqual(i.npack, 0)
 
