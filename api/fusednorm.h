@@ -279,7 +279,10 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
 
 /** Scratch bytes fnorm_norm_bwd needs (per-block partial sums of dgamma and
  *  dbeta, reduced in a fixed order by a second pass). Depends on the
- *  descriptors and the handle's device; touches no GPU.
+ *  descriptors and on the handle's device: it asks the driver for kernel
+ *  occupancy there, but enqueues nothing and never synchronizes. The answer
+ *  covers the least favourable pointer alignment, so a launch may use less.
+ *  w_desc NULL: no dgamma/dbeta will be asked for (a smaller answer).
  *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_norm_bwd. */
 FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
                                                        fnorm_norm_desc_t norm,
