@@ -325,6 +325,18 @@ FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t st
                                         void *dgamma, void *dbeta,
                                         void *workspace, size_t workspace_bytes);
 
+/* ------------------------------------------------------------------------ */
+/* BatchNorm                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* (BatchNorm declarations go here.) */
+
+/* ------------------------------------------------------------------------ */
+/* Fully-connected layer (cuBLASLt)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* (Fully-connected declarations go here.) */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -99,10 +99,26 @@ class KernelCache {
 
 }  // namespace fnorm
 
+namespace fnorm {
+// Library states a handle creates on first use (each defined by its op's
+// source file, which also defines the destroy function, NULL-safe).
+struct LinearState;  // cuBLASLt handle + algorithm cache (src/linear/)
+void linear_state_destroy(LinearState *state) noexcept;
+struct CudnnState;  // cuDNN handle for the BatchNorm cuDNN engine
+void cudnn_state_destroy(CudnnState *state) noexcept;
+}  // namespace fnorm
+
 struct fnorm_handle {
   int device = 0;
   fnorm::DeviceInfo info;
   fnorm::KernelCache cache;
+  std::mutex lazy_mutex;                  // guards creation of the states below
+  fnorm::LinearState *linear = nullptr;   // owned; see linear_state_destroy
+  fnorm::CudnnState *cudnn = nullptr;     // owned; see cudnn_state_destroy
+  ~fnorm_handle() {
+    fnorm::linear_state_destroy(linear);
+    fnorm::cudnn_state_destroy(cudnn);
+  }
 };
 
 struct fnorm_tensor_desc {
