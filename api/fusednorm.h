@@ -329,7 +329,181 @@ FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t st
 /* BatchNorm                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* (BatchNorm declarations go here.) */
+/** What follows the normalization. Values are explicit and never renumbered. */
+typedef enum fnorm_bn_epilogue {
+  FNORM_BN_EPILOGUE_NONE = 0,     /* y = bn(x) */
+  FNORM_BN_EPILOGUE_RELU = 1,     /* y = max(bn(x), 0) */
+  FNORM_BN_EPILOGUE_ADD_RELU = 2  /* y = max(bn(x) + z, 0): ResNet's residual join */
+} fnorm_bn_epilogue_t;
+
+/** How training updates the running statistics. */
+typedef enum fnorm_bn_average {
+  /** running = (1 - momentum) * running + momentum * batch statistic */
+  FNORM_BN_AVERAGE_EXPONENTIAL = 0,
+  /** A cumulative average (PyTorch's momentum=None): the factor is
+   *  1 / (num_batches_tracked + 1), read from the device counter the forward
+   *  is given (and increments). */
+  FNORM_BN_AVERAGE_CUMULATIVE = 1
+} fnorm_bn_average_t;
+
+/** Which implementation runs a BatchNorm call. */
+typedef enum fnorm_bn_engine {
+  /** The library's choice per case (see fnorm_batchnorm_desc_set_engine). */
+  FNORM_BN_ENGINE_AUTO = 0,
+  /** libfusednorm's own kernels: every layout, size and epilogue. */
+  FNORM_BN_ENGINE_NATIVE = 1,
+  /** cuDNN's BatchNorm (cudnnBatchNormalization*Ex); shapes cuDNN refuses
+   *  return NOT_SUPPORTED. */
+  FNORM_BN_ENGINE_CUDNN = 2
+} fnorm_bn_engine_t;
+
+typedef struct fnorm_batchnorm_desc *fnorm_batchnorm_desc_t;
+
+/** Create a BatchNorm descriptor with defaults: epilogue NONE, epsilon 1e-5,
+ *  EXPONENTIAL averaging with momentum 0.1 (PyTorch's defaults), engine AUTO.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_create(fnorm_batchnorm_desc_t *desc);
+
+/** Destroy a BatchNorm descriptor. NULL is accepted. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_destroy(fnorm_batchnorm_desc_t desc);
+
+/** Set epilogue, epsilon (finite, >= 0, added to the variance), averaging
+ *  mode and momentum (in [0, 1]; ignored by CUMULATIVE). The engine is kept.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (naming the value). */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_set(fnorm_batchnorm_desc_t desc,
+                                                  fnorm_bn_epilogue_t epilogue, double epsilon,
+                                                  fnorm_bn_average_t average, double momentum);
+
+/** Read a BatchNorm descriptor back. Output pointers may be NULL. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_get(fnorm_batchnorm_desc_t desc,
+                                                  fnorm_bn_epilogue_t *epilogue, double *epsilon,
+                                                  fnorm_bn_average_t *average, double *momentum);
+
+/** Choose the engine. AUTO runs NATIVE today: it was faster than the cuDNN
+ *  engine on every shape of the benchmark (bench/results). The forward and the
+ *  backward of one step must use descriptors with the same engine and
+ *  epilogue: the reserve space's format belongs to the engine that wrote it.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_set_engine(fnorm_batchnorm_desc_t desc,
+                                                         fnorm_bn_engine_t engine);
+
+/** Read the engine. Returns SUCCESS; BAD_PARAM_NULL_POINTER. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_engine(fnorm_batchnorm_desc_t desc,
+                                                         fnorm_bn_engine_t *engine);
+
+/* Tensors of the BatchNorm calls.
+ *  x_desc: rank >= 2, sizes [N, C, spatial...] whatever the layout, dtype
+ *    fp32, fp16 or bf16. Two layouts, told apart by the strides:
+ *    channels-first, packed row-major (NCHW, [N, C, L]), and channels-last
+ *    (NHWC / NDHWC: C contiguous, then the spatial dimensions, then N).
+ *    [N, C] is both. Strides of dimensions of size 1 are ignored; any other
+ *    layout is NOT_SUPPORTED.
+ *  y, z, dy, dx, dz: the sizes, dtype and layout of x (their descriptors may
+ *    differ from x_desc only in the strides of size-1 dimensions).
+ *  Per-channel vectors (gamma, beta, running_mean, running_var, saved_mean,
+ *    saved_invstd, dgamma, dbeta): C fp32 values each, 4-byte aligned.
+ *  Data pointers need only their element's alignment: wider accesses are
+ *    used when pointers and sizes allow.
+ *  workspace: at least the call's size query's bytes, 16-byte aligned
+ *    (cudaMalloc's are); NULL when the query answers 0.
+ *  Statistics are over N * spatial values per channel, in fp32 with Welford
+ *    updates per thread and a double-precision combination. */
+
+/** Scratch bytes fnorm_batchnorm_fwd_train needs (per-split partial
+ *  statistics and per-channel coefficients) on the handle's device; depends
+ *  on x_desc, the descriptor's engine and the device's SM count only.
+ *  Touches no GPU. Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED. */
+FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train_workspace_size(fnorm_handle_t handle,
+                                                                  fnorm_batchnorm_desc_t bn,
+                                                                  fnorm_tensor_desc_t x_desc,
+                                                                  size_t *workspace_bytes);
+
+/** Bytes of the reserve space that training forward writes and backward
+ *  reads. NATIVE engine: with RELU / ADD_RELU, one bit per element (the ReLU
+ *  mask, 32-bit words), 0 with NONE. CUDNN engine: what cuDNN asks for (it
+ *  may need some with NONE too). The caller keeps it between the two calls.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED. */
+FNORM_API fnorm_status_t fnorm_batchnorm_reserve_space_size(fnorm_handle_t handle,
+                                                            fnorm_batchnorm_desc_t bn,
+                                                            fnorm_tensor_desc_t x_desc,
+                                                            size_t *reserve_bytes);
+
+/** Training forward: per channel c, over its m = N * spatial values,
+ *    mean_c, var_c (biased), invstd_c = 1 / sqrt(var_c + eps),
+ *    v = (x - mean_c) * invstd_c * gamma_c + beta_c, then the epilogue.
+ *  z: the ADD_RELU addend (required then, NULL otherwise); described by y_desc.
+ *  gamma, beta: optional (1 and 0).
+ *  running_mean, running_var: optional, both or neither; updated in place
+ *    with the unbiased variance var_c * m / (m - 1).
+ *  num_batches_tracked: optional device int64 counter, incremented by one;
+ *    required by CUMULATIVE averaging (when running statistics are given).
+ *  saved_mean, saved_invstd: optional outputs for the backward.
+ *  reserve: where the reserve-space query answers more than 0 bytes (RELU /
+ *    ADD_RELU: the ReLU mask), required, reserve_bytes >= that answer,
+ *    16-byte aligned; otherwise it may be NULL.
+ *  m = 1 (one value per channel) is BAD_PARAM, as frameworks raise it.
+ *  Aliasing: y may be the very same tensor as x or z (in place); any other
+ *    overlap among outputs and inputs is BAD_PARAM.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE; BAD_PARAM;
+ *  INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (layout; the CUDNN engine on a shape
+ *  cuDNN refuses, with cuDNN's reason); NOT_SUPPORTED_BUILD; CUDA_ERROR;
+ *  CUDNN_ERROR. Stream-ordered; thread-safe with a shared handle. */
+FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
+    fnorm_handle_t handle, fnorm_stream_t stream, fnorm_batchnorm_desc_t bn,
+    fnorm_tensor_desc_t x_desc, const void *x, const void *z, const float *gamma,
+    const float *beta, float *running_mean, float *running_var, int64_t *num_batches_tracked,
+    fnorm_tensor_desc_t y_desc, void *y, float *saved_mean, float *saved_invstd, void *workspace,
+    size_t workspace_bytes, void *reserve, size_t reserve_bytes);
+
+/** Scratch bytes fnorm_batchnorm_fwd_infer needs (per-channel coefficients).
+ *  Returns as fnorm_batchnorm_fwd_train_workspace_size. */
+FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer_workspace_size(fnorm_handle_t handle,
+                                                                  fnorm_batchnorm_desc_t bn,
+                                                                  fnorm_tensor_desc_t x_desc,
+                                                                  size_t *workspace_bytes);
+
+/** Inference forward: the training formula with running_mean / running_var
+ *  (both required) in place of the batch statistics, then the epilogue (no
+ *  mask is written). z as in training. y may be the very same tensor as x or z.
+ *  Returns as fnorm_batchnorm_fwd_train. */
+FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
+    fnorm_handle_t handle, fnorm_stream_t stream, fnorm_batchnorm_desc_t bn,
+    fnorm_tensor_desc_t x_desc, const void *x, const void *z, const float *gamma,
+    const float *beta, const float *running_mean, const float *running_var,
+    fnorm_tensor_desc_t y_desc, void *y, void *workspace, size_t workspace_bytes);
+
+/** Scratch bytes fnorm_batchnorm_bwd needs. Returns as the forward's query. */
+FNORM_API fnorm_status_t fnorm_batchnorm_bwd_workspace_size(fnorm_handle_t handle,
+                                                            fnorm_batchnorm_desc_t bn,
+                                                            fnorm_tensor_desc_t x_desc,
+                                                            size_t *workspace_bytes);
+
+/** Backward from the training forward's saved statistics. With RELU /
+ *  ADD_RELU, dy is first masked by the forward's ReLU mask (reserve; y is
+ *  never read): g = dy where y > 0, else 0; with ADD_RELU, dz = g (optional
+ *  output, described by dx_desc). Then, per channel, with m values,
+ *    dbeta_c = sum g,  dgamma_c = sum g * (x - mean_c) * invstd_c,
+ *    dx = (g - dbeta_c / m - (x - mean_c) * invstd_c^2 * sum(g * (x - mean_c)) / m)
+ *         * gamma_c * invstd_c.
+ *  saved_mean, saved_invstd: required (the forward's outputs).
+ *  gamma: optional (1). dgamma, dbeta: optional outputs. The sums are
+ *    deterministic: the same bits run to run for the same pointers.
+ *  y, beta: the forward's output and shift. The NATIVE engine never reads
+ *    them (pass NULL); cuDNN's fused backward does, so the CUDNN engine with
+ *    RELU / ADD_RELU requires y (described by dy_desc) and reads beta when
+ *    given (0 otherwise).
+ *  reserve: what the forward wrote there (required when the reserve-space
+ *    query answers more than 0 bytes).
+ *  Aliasing: dx may be the very same tensor as dy or x; dz may be the very
+ *    same tensor as dy; other overlaps are BAD_PARAM.
+ *  Returns as fnorm_batchnorm_fwd_train. */
+FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
+    fnorm_handle_t handle, fnorm_stream_t stream, fnorm_batchnorm_desc_t bn,
+    fnorm_tensor_desc_t x_desc, const void *x, fnorm_tensor_desc_t dy_desc, const void *dy,
+    const void *y, const float *gamma, const float *beta, const float *saved_mean,
+    const float *saved_invstd, const void *reserve,
+    size_t reserve_bytes, fnorm_tensor_desc_t dx_desc, void *dx, void *dz, float *dgamma,
+    float *dbeta, void *workspace, size_t workspace_bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Fully-connected layer (cuBLASLt)                                         */

@@ -55,7 +55,7 @@ class Instance:
     def tier_enum(self) -> str:
         return {"warp": "Tier::Warp", "smem": "Tier::BlockSmem",
                 "uncached": "Tier::BlockUncached", "block": "Tier::BlockRegisters",
-                "tiled": "Tier::ColumnTiled"}[self.tier]
+                "tiled": "Tier::ColumnTiled", "all": "0"}[self.tier]
 
     @property
     def name(self) -> str:
@@ -64,7 +64,9 @@ class Instance:
 
 def procedural_name(inst: Instance) -> str:
     """The one stable name of an instance: file, symbol and table comment."""
-    name = f"{inst.op}_{inst.dtype}_p{inst.pack}_{inst.tier}"
+    name = f"{inst.op}_{inst.dtype}_p{inst.pack}"
+    if inst.tier != "all":
+        name += f"_{inst.tier}"
     if inst.tier in ("warp", "block"):
         name += f"_n{inst.npack}"
     return name
@@ -143,10 +145,17 @@ def norm_bwd_instances(dtypes) -> list[Instance]:
     return out
 
 
+# BatchNorm: one instance per (dtype, pack) holds all its kernels (the two
+# reductions in both layouts, the two elementwise passes).
+def batchnorm_instances(dtypes) -> list[Instance]:
+    return [Instance("batchnorm", dt, pack, "all") for dt in dtypes for pack in packs_for(dt)]
+
+
 # op -> (instance function, template rendering one .cu file per dtype)
 OPS = {
     "norm_fwd": (norm_fwd_instances, "norm_fwd.cu.jinja"),
     "norm_bwd": (norm_bwd_instances, "norm_bwd.cu.jinja"),
+    "batchnorm": (batchnorm_instances, "batchnorm.cu.jinja"),
 }
 
 

@@ -41,9 +41,12 @@ def header_functions():
     return out
 
 
-OPAQUE = ("fnorm_handle_t", "fnorm_tensor_desc_t", "fnorm_norm_desc_t", "fnorm_stream_t")
+# Opaque pointer typedefs (`typedef struct x *name;`) and enum typedefs, as the
+# header declares them.
+OPAQUE = tuple(re.findall(r"typedef\s+struct\s+\w+\s*\*\s*(\w+)\s*;", HEADER_CODE))
+ENUMS = tuple(re.findall(r"typedef\s+enum\s+\w+\s*\{[^}]*\}\s*(\w+)\s*;", HEADER_CODE, re.S))
 INT_SIZES = {"int32_t": 4, "uint32_t": 4, "int": 4, "size_t": ctypes.sizeof(ctypes.c_size_t),
-             "fnorm_status_t": 4, "fnorm_dtype_t": 4, "fnorm_norm_mode_t": 4}
+             "int64_t": 8, **{e: 4 for e in ENUMS}}
 
 
 def c_kind(param):
@@ -89,6 +92,9 @@ class EnumsAndPrototypes(unittest.TestCase):
         self.assertEqual(int(m.group(1)), fn.MAX_RANK)
 
     def test_prototypes_match_header(self):
+        self.assertIn("fnorm_stream_t", OPAQUE)
+        self.assertIn("fnorm_batchnorm_desc_t", OPAQUE)
+        self.assertIn("fnorm_bn_epilogue_t", ENUMS)
         funcs = header_functions()
         self.assertIn("fnorm_norm_bwd", funcs)  # the parser found the header's functions
         self.assertEqual(len(funcs["fnorm_norm_bwd"][1]), 18)

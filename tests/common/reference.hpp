@@ -97,4 +97,60 @@ inline void norm_row_backward_reference(bool rms, const double *x, const double 
   }
 }
 
+// BatchNorm in double over a tensor viewed as [outer, C, inner]: element
+// (o, c, i) at (o * C + c) * inner + i (NCHW: outer = N, inner = spatial;
+// channels-last: outer = N * spatial, inner = 1). Two passes per channel.
+inline void batchnorm_stats_reference(const double *x, int64_t outer, int64_t C, int64_t inner,
+                                      double *mean, double *var_biased) {
+  const double m = static_cast<double>(outer * inner);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0.0, q = 0.0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) s += x[(o * C + c) * inner + i];
+    const double mu = s / m;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const double d = x[(o * C + c) * inner + i] - mu;
+        q += d * d;
+      }
+    mean[c] = mu;
+    var_biased[c] = q / m;
+  }
+}
+
+// The epilogue on one value: 0 none, 1 relu, 2 add (z) then relu.
+inline double bn_epilogue_reference(double v, int epilogue, double z) {
+  if (epilogue == 2) v += z;
+  if (epilogue != 0 && v <= 0.0) v = 0.0;
+  return v;
+}
+
+// Backward per channel from g (dy already masked by the ReLU) and the
+// statistics the forward saved: dbeta = sum g, dgamma = sum g * xhat,
+// dx = (g - dbeta / m - xhat * dgamma / m) * gamma * invstd.
+inline void batchnorm_backward_reference(const double *x, const double *g, int64_t outer, int64_t C,
+                                         int64_t inner, const double *mean, const double *invstd,
+                                         const double *gamma, double *dx, double *dgamma,
+                                         double *dbeta) {
+  const double m = static_cast<double>(outer * inner);
+  for (int64_t c = 0; c < C; ++c) {
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t k = (o * C + c) * inner + i;
+        sg += g[k];
+        sgx += g[k] * (x[k] - mean[c]) * invstd[c];
+      }
+    dbeta[c] = sg;
+    dgamma[c] = sgx;
+    const double a = (gamma != nullptr ? gamma[c] : 1.0) * invstd[c];
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t k = (o * C + c) * inner + i;
+        const double xh = (x[k] - mean[c]) * invstd[c];
+        dx[k] = (g[k] - sg / m - xh * sgx / m) * a;
+      }
+  }
+}
+
 }  // namespace fnorm_test

@@ -110,5 +110,36 @@ int main() {
   CHECK_EQ(float_to_bf16(bits_to_float(0x3f808000u)), 0x3f80);  // tie -> even
   CHECK_EQ(float_to_bf16(bits_to_float(0x3f818000u)), 0x3f82);  // tie -> even (up)
   CHECK(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  // BatchNorm: [outer=2, C=2, inner=2]; channel 0 holds 1,2,3,4 and channel 1
+  // holds 10 four times. Known mean/var; dx sums to zero per channel and is
+  // orthogonal to xhat (the two constraints batch statistics impose).
+  {
+    const double x[8] = {1, 2, 10, 10, 3, 4, 10, 10};
+    double mean[2], var[2];
+    batchnorm_stats_reference(x, 2, 2, 2, mean, var);
+    CHECK_EQ(mean[0], 2.5);
+    CHECK_EQ(var[0], 1.25);
+    CHECK_EQ(mean[1], 10.0);
+    CHECK_EQ(var[1], 0.0);
+    const double g[8] = {0.5, -1, 2, 1, 0.25, 3, -2, 1};
+    const double invstd[2] = {1 / std::sqrt(1.25), 1 / std::sqrt(1e-5)};  // eps 0 in channel 0
+    const double gamma[2] = {2.0, 0.5};
+    double dx[8], dg[2], db[2];
+    batchnorm_backward_reference(x, g, 2, 2, 2, mean, invstd, gamma, dx, dg, db);
+    CHECK_EQ(db[0], 2.75);
+    CHECK_EQ(db[1], 2.0);
+    const int idx0[4] = {0, 1, 4, 5};
+    double sum_dx = 0, dot = 0;
+    for (int k : idx0) {
+      sum_dx += dx[k];
+      dot += dx[k] * (x[k] - mean[0]);
+    }
+    CHECK(std::fabs(sum_dx) < 1e-12);
+    CHECK(std::fabs(dot) < 1e-12);
+    CHECK(std::fabs(dg[0] - (0.5 * -1.5 - 1 * -0.5 + 0.25 * 0.5 + 3 * 1.5) * invstd[0]) < 1e-12);
+    CHECK_EQ(bn_epilogue_reference(-1.0, 1, 0.0), 0.0);
+    CHECK_EQ(bn_epilogue_reference(-1.0, 2, 3.0), 2.0);
+    CHECK_EQ(bn_epilogue_reference(-1.0, 0, 3.0), -1.0);
+  }
   return finish("host reference");
 }

@@ -568,3 +568,8 @@ def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=No
                              _ptr(mean), _ptr(rstd), wd.ptr if wd else None, _ptr(weight), _ptr(dsum),
                              dxd.ptr, dx.data_ptr(), _ptr(dgamma), _ptr(dbeta), _ptr(ws), ws_bytes))
     return dx, dgamma, dbeta
+
+
+from .batchnorm import *  # noqa: E402,F401,F403 - BatchNorm; registers its prototypes above
+from . import batchnorm as _batchnorm  # noqa: E402
+__all__ += _batchnorm.__all__

@@ -1,0 +1,138 @@
+// BatchNorm launch parameters and dispatch-table types, shared by the host
+// runtime (plain C++) and the generated kernel instantiations. No device code.
+//
+// Every BatchNorm input is viewed as a packed row-major matrix [rows, width]
+// whose column j belongs to channel (j / group):
+//   channels-last ([N, C], NHWC, NDHWC): rows = N * spatial, width = C, group = 1
+//   channels-first ([N, C, L], NCHW, NCDHW): rows = N, width = C * S, group = S
+// so element e of the tensor (in memory order) has channel (e / group) % C.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fusednorm.h"
+#include "params.hpp"
+
+namespace fnorm {
+
+struct BnShape {
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t group = 1;
+  int64_t channels = 0;
+  int64_t elements() const { return rows * width; }
+};
+
+// The two reduction passes (forward statistics, backward gradient sums) write
+// per-split partials that bn_finalize_* combine per channel.
+//   Columns kernel: each thread owns PACK columns and walks rows; partials are
+//     [splits][width]; a channel combines `group` columns of every split.
+//   Segments kernel (channels-first, long spatial runs): one block per
+//     (channel, split of the channel's rows*group elements); partials are
+//     [splits][channels].
+enum class BnReduceKind : int { Columns = 0, Segments = 1 };
+
+struct BnReduceParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *dy = nullptr;          // backward
+  const uint32_t *mask = nullptr;    // backward with RELU / ADD_RELU: 1 bit per element
+  const float *mean = nullptr;       // backward: saved mean per channel
+  float *part_a = nullptr;           // forward: mean; backward: sum of dy
+  float *part_b = nullptr;           // forward: M2;   backward: sum of dy * (x - mean)
+  int64_t split_len = 0;  // Columns: rows per split; Segments: elements per split (multiple of 8)
+  int splits = 0;
+};
+
+// Elementwise passes over elements [begin, end) in memory order.
+// Assumptions: begin is a multiple of 32 * PACK (mask words are never shared
+// between launches); end - begin is a multiple of PACK; pointers are aligned
+// to PACK elements.
+//   forward:  v = (x - mean[c]) * scale[c] + shift[c]  (+ z), relu, y; mask bit = (y > 0)
+//   backward: g = mask ? dy : 0 (dz = g); dx = g * A[c] + (x - mean[c]) * B[c] + D[c]
+struct BnApplyParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *z = nullptr;       // forward ADD_RELU
+  void *y = nullptr;             // forward
+  const void *dy = nullptr;      // backward
+  void *dx = nullptr;            // backward
+  void *dz = nullptr;            // backward ADD_RELU (optional)
+  uint32_t *mask_out = nullptr;  // forward, training with RELU / ADD_RELU
+  const uint32_t *mask_in = nullptr;  // backward with RELU / ADD_RELU
+  const float *mean = nullptr;
+  const float *c1 = nullptr;  // forward: scale; backward: A
+  const float *c2 = nullptr;  // forward: shift; backward: B
+  const float *c3 = nullptr;  // backward: D
+  int64_t begin = 0;
+  int64_t end = 0;
+  int epilogue = 0;  // fnorm_bn_epilogue_t
+  int64_t *num_batches_tracked = nullptr;  // forward training: += 1 by one thread
+};
+
+using BnReduceLaunchFn = cudaError_t (*)(const BnReduceParams &, const LaunchContext &);
+using BnApplyLaunchFn = cudaError_t (*)(const BnApplyParams &, const LaunchContext &);
+
+struct BnInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  BnReduceLaunchFn stats_columns;
+  BnReduceLaunchFn stats_segments;
+  BnReduceLaunchFn grads_columns;
+  BnReduceLaunchFn grads_segments;
+  BnApplyLaunchFn forward;
+  BnApplyLaunchFn backward;
+  const char *name;
+};
+
+extern const BnInstance kBnInstances[];
+extern const size_t kBnInstanceCount;
+
+// Per-channel combination of the partials (src/kernels/bn_finalize.cu).
+struct BnFinalizeParams {
+  int64_t channels = 0;
+  int64_t group = 1;        // partial entries per channel per split
+  int64_t part_width = 0;   // floats per partial row
+  int64_t split_len = 0;
+  // Values behind split j's partial entry: min(split_len, domain - j * split_len),
+  // domain = rows (Columns) or rows * group (Segments).
+  int64_t domain = 0;
+  double count = 0;  // values per channel (rows * group)
+  int splits = 0;
+  const float *part_a = nullptr;
+  const float *part_b = nullptr;
+  // forward
+  double eps = 1e-5;
+  double factor = 0.1;       // running-average factor (EXPONENTIAL)
+  bool cumulative = false;   // factor = 1 / (num_batches_tracked + 1)
+  const int64_t *num_batches_tracked = nullptr;
+  const float *gamma = nullptr;
+  const float *beta = nullptr;
+  float *running_mean = nullptr;
+  float *running_var = nullptr;
+  float *saved_mean = nullptr;
+  float *saved_invstd = nullptr;
+  float *mean = nullptr;   // workspace coefficients for the apply pass
+  float *c1 = nullptr;
+  float *c2 = nullptr;
+  float *c3 = nullptr;
+  // backward
+  const float *in_mean = nullptr;
+  const float *in_invstd = nullptr;
+  float *dgamma = nullptr;
+  float *dbeta = nullptr;
+};
+
+cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t stream);
+cudaError_t launch_bn_finalize_bwd(const BnFinalizeParams &p, cudaStream_t stream);
+// Inference: mean = running_mean, scale = gamma * rsqrt(running_var + eps), shift = beta.
+cudaError_t launch_bn_infer_coef(const BnFinalizeParams &p, cudaStream_t stream);
+// p[0..n) = value (the cuDNN engine's stand-in gamma / beta).
+cudaError_t launch_bn_fill(float *p, int64_t n, float value, cudaStream_t stream);
+// *counter += 1 (num_batches_tracked under the cuDNN engine).
+cudaError_t launch_bn_count(int64_t *counter, cudaStream_t stream);
+
+}  // namespace fnorm

@@ -1,0 +1,72 @@
+// BatchNorm runtime shared by the native engine (batchnorm.cpp) and the cuDNN
+// engine (cudnn_engine.cpp): the descriptor, the layout view of a tensor
+// descriptor, and the argument bundle of each call after validation.
+#pragma once
+
+#include "bn_params.hpp"
+#include "internal.hpp"
+
+struct fnorm_batchnorm_desc {
+  fnorm_bn_epilogue_t epilogue = FNORM_BN_EPILOGUE_NONE;
+  double epsilon = 1e-5;
+  fnorm_bn_average_t average = FNORM_BN_AVERAGE_EXPONENTIAL;
+  double momentum = 0.1;
+  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_AUTO;
+};
+
+namespace fnorm {
+
+// A validated BatchNorm tensor: [N, C, spatial...] in one of two layouts.
+struct BnView {
+  BnShape shape;            // the [rows, width] matrix view (bn_params.hpp)
+  bool channels_last = false;
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+  int32_t rank = 0;
+  int64_t dims[FNORM_MAX_RANK] = {};
+  int64_t n = 0, c = 0, spatial = 1;
+  int64_t per_channel() const { return n * spatial; }
+  int64_t elements() const { return shape.elements(); }
+  size_t bytes() const { return static_cast<size_t>(elements()) * dtype_size(dtype); }
+};
+
+// Validates a BatchNorm tensor descriptor and tells its layout. Throws
+// BAD_PARAM* (unset, rank < 2) or NOT_SUPPORTED (neither layout), naming `arg`.
+BnView bn_view(const fnorm_tensor_desc *desc, const char *arg);
+// `other` must describe a tensor of x's sizes, dtype and layout.
+void bn_require_same(const BnView &x, const fnorm_tensor_desc *other, const char *arg);
+// The descriptor itself (NULL, or values out of range).
+void bn_check_desc(const fnorm_batchnorm_desc *bn);
+
+enum class BnPass { FwdTrain, FwdInfer, Bwd };
+
+// Everything one call needs after validation.
+struct BnCall {
+  BnPass pass = BnPass::FwdTrain;
+  const fnorm_batchnorm_desc *desc = nullptr;
+  BnView view;
+  const void *x = nullptr, *z = nullptr, *dy = nullptr;
+  const void *y_in = nullptr;  // backward: the forward's output (CUDNN engine only)
+  void *y = nullptr, *dx = nullptr, *dz = nullptr;
+  const float *gamma = nullptr, *beta = nullptr;
+  float *running_mean = nullptr, *running_var = nullptr;  // training: in/out
+  const float *running_mean_in = nullptr, *running_var_in = nullptr;  // inference
+  int64_t *num_batches_tracked = nullptr;
+  float *saved_mean = nullptr, *saved_invstd = nullptr;  // forward outputs
+  const float *saved_mean_in = nullptr, *saved_invstd_in = nullptr;  // backward inputs
+  float *dgamma = nullptr, *dbeta = nullptr;
+  void *reserve = nullptr;
+  size_t reserve_bytes = 0;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Was the library built with cuDNN? Does the cuDNN engine take this case?
+// When it does not, *why says why.
+bool cudnn_bn_built();
+bool cudnn_bn_supports(fnorm_handle *h, const BnCall &call, std::string *why);
+size_t cudnn_bn_workspace_size(fnorm_handle *h, const BnCall &call);
+size_t cudnn_bn_reserve_size(fnorm_handle *h, const BnCall &call);
+// Runs the call through cuDNN (after validation). Throws Error.
+void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &call);
+
+}  // namespace fnorm

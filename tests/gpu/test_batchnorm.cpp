@@ -1,0 +1,684 @@
+// GPU test of BatchNorm (training forward, running statistics over several
+// steps, inference, backward; NONE / RELU / ADD_RELU with the bitmask) against
+// the double-precision host reference, for the NATIVE engine and the CUDNN
+// engine (where cuDNN takes the case; where it refuses, the status must be
+// NOT_SUPPORTED with a message). Fresh random inputs every run (seed printed;
+// FNORM_TEST_SEED repeats one); every output poisoned with NaN first.
+// Black-box: links only the shared library (plus the test's device helpers).
+//
+// Inputs: channel c holds mean_c + spread_c * u, mean_c in [-3, 3], spread_c
+// in [0.25, 2], u uniform in [-1, 1), rounded to the dtype; the reference
+// reads the values as stored.
+// Tolerances (|got - ref| <= bound; NaN never passes):
+//   y:   atol_T + rtol_T * |ref| + 8 * eps32 * max|x_c| * invstd_c * |gamma_c|
+//        with (atol, rtol) = fp32 (2e-5, 2e-5), fp16 (1e-3, 1e-3), bf16 (8e-3, 8e-3)
+//   saved mean: 1e-6 * max|x_c| + 1e-5 * std_c; saved invstd: 1e-4 relative
+//   running mean / var: 1e-5 relative + 1e-6 (fp32 state over 3 steps)
+//   dx:  atol_T * |gamma_c| * invstd_c + rtol_T * |ref| + 1e-5 * |gamma_c| * invstd_c
+//        * (|g| + mean|g| + |xhat| * mean|g * xhat|)   (fp32 sums, fp32 stats)
+//        + |gamma_c| * invstd_c * cond_c * (mean|g| + mean|g * xhat|)
+//   dgamma: 1e-5 * sum |g * xhat| + cond_c * sum |g| + 1e-6; dbeta: 1e-5 * sum |g| + 1e-6
+//   with cond_c = 8 * eps32 * max|x_c| * invstd_c (x - mean in fp32)
+//   dz (ADD_RELU): bit for bit the masked dy. Mask semantics: g = dy where the
+//   stored y > 0 (what relu's backward tests), checked on the y the device wrote.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "check.hpp"
+#include "fusednorm.h"
+#include "gpu_util.hpp"
+#include "halfbits.hpp"
+#include "reference.hpp"
+
+using namespace fnorm_test;
+
+namespace {
+
+#define CUDA_OK(call)                                                                       \
+  do {                                                                                      \
+    const cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
+                   __LINE__, #call);                                                        \
+      std::exit(99);                                                                        \
+    }                                                                                       \
+  } while (0)
+
+size_t esize(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
+const char *dtype_str(fnorm_dtype_t t) {
+  return t == FNORM_DTYPE_FLOAT32 ? "fp32" : t == FNORM_DTYPE_FLOAT16 ? "fp16" : "bf16";
+}
+Tolerance tol_for(fnorm_dtype_t t) {
+  switch (t) {
+    case FNORM_DTYPE_FLOAT32: return {2e-5, 2e-5};
+    case FNORM_DTYPE_FLOAT16: return {1e-3, 1e-3};
+    default: return {8e-3, 8e-3};
+  }
+}
+
+double load_host(const unsigned char *base, fnorm_dtype_t t, int64_t i) {
+  if (t == FNORM_DTYPE_FLOAT32) {
+    float f;
+    std::memcpy(&f, base + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, base + 2 * i, 2);
+  return t == FNORM_DTYPE_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
+}
+
+void store_host(unsigned char *base, fnorm_dtype_t t, int64_t i, float v) {
+  if (t == FNORM_DTYPE_FLOAT32) {
+    std::memcpy(base + 4 * i, &v, 4);
+  } else {
+    const uint16_t h = t == FNORM_DTYPE_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
+    std::memcpy(base + 2 * i, &h, 2);
+  }
+}
+
+struct Buf {
+  void *p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t n) : bytes(std::max<size_t>(n, 16)) { CUDA_OK(cudaMalloc(&p, bytes)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  unsigned char *at(size_t off) { return static_cast<unsigned char *>(p) + off; }
+  void poison() { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }
+};
+
+template <class T>
+std::vector<T> download(const void *d, size_t n) {
+  std::vector<T> h(n);
+  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+struct Case {
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+  std::vector<int64_t> dims;  // [N, C, spatial...]
+  bool channels_last = false;
+  fnorm_bn_epilogue_t epilogue = FNORM_BN_EPILOGUE_NONE;
+  bool affine = true;
+  fnorm_bn_average_t average = FNORM_BN_AVERAGE_EXPONENTIAL;
+  bool running = true;
+  int offset = 0;  // elements: misaligns every data pointer
+  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_NATIVE;
+  int steps = 1;  // training steps (running statistics)
+  std::string str() const {
+    std::string d;
+    for (size_t i = 0; i < dims.size(); ++i) d += (i ? "," : "") + std::to_string(dims[i]);
+    char b[256];
+    std::snprintf(b, sizeof b, "%s [%s] %s epi=%d affine=%d avg=%d running=%d off=%d engine=%s",
+                  dtype_str(dtype), d.c_str(), channels_last ? "NHWC" : "NCHW", epilogue, affine,
+                  average, running, offset, engine == FNORM_BN_ENGINE_CUDNN ? "cudnn" : "native");
+    return b;
+  }
+};
+
+struct Ctx {
+  fnorm_handle_t handle = nullptr;
+  uint64_t seed = 0;
+  long cases = 0, failures = 0, refused = 0;
+};
+
+// Memory order index of logical (n, c, s) and the [outer, C, inner] view.
+struct Layout {
+  int64_t n, c, s;
+  bool cl;
+  int64_t elements() const { return n * c * s; }
+  int64_t outer() const { return cl ? n * s : n; }
+  int64_t inner() const { return cl ? 1 : s; }
+  int64_t channel_of(int64_t e) const { return cl ? e % c : (e / s) % c; }
+};
+
+void set_desc(fnorm_tensor_desc_t d, const Case &k) {
+  const int32_t rank = static_cast<int32_t>(k.dims.size());
+  std::vector<int64_t> strides(rank);
+  if (k.channels_last) {
+    strides[1] = 1;
+    int64_t st = k.dims[1];
+    for (int32_t i = rank - 1; i >= 2; --i) {
+      strides[i] = st;
+      st *= k.dims[i];
+    }
+    strides[0] = st;
+  } else {
+    int64_t st = 1;
+    for (int32_t i = rank - 1; i >= 0; --i) {
+      strides[i] = st;
+      st *= k.dims[i];
+    }
+  }
+  CHECK_STATUS(fnorm_tensor_desc_set(d, k.dtype, rank, k.dims.data(), strides.data()),
+               FNORM_STATUS_SUCCESS);
+}
+
+template <class Fn>
+void parallel_for(int64_t n, Fn fn) {
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
+  std::vector<std::thread> ts;
+  for (int64_t t = 0; t < nt; ++t)
+    ts.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += nt) fn(i);
+    });
+  for (auto &th : ts) th.join();
+}
+
+// Worst |got - ref| / bound over a range; prints the first offender.
+struct Worst {
+  double ratio = 0;
+  int64_t at = -1;
+  double got = 0, ref = 0;
+  void add(int64_t i, double got_, double ref_, double bound) {
+    const double r = std::isfinite(got_) ? std::fabs(got_ - ref_) / bound : INFINITY;
+    if (!(r <= ratio)) {
+      ratio = r;
+      at = i;
+      got = got_;
+      ref = ref_;
+    }
+  }
+};
+
+bool report(const Case &k, const char *what, const Worst &w) {
+  if (w.ratio <= 1.0) return true;
+  std::fprintf(stderr, "FAIL %s: %s at %lld got %.9g ref %.9g (%.2fx the tolerance)\n",
+               k.str().c_str(), what, static_cast<long long>(w.at), w.got, w.ref, w.ratio);
+  return false;
+}
+
+// Returns false (and counts the case as refused) when the CUDNN engine
+// answers NOT_SUPPORTED with a message; any other failure is a test failure.
+bool engine_takes(Ctx &ctx, const Case &k, fnorm_status_t st) {
+  if (k.engine == FNORM_BN_ENGINE_CUDNN && st == FNORM_STATUS_NOT_SUPPORTED) {
+    char msg[512];
+    fnorm_get_last_error_message(msg, sizeof msg);
+    CHECK(std::strlen(msg) > 10);
+    if (++ctx.refused <= 12 || std::getenv("FNORM_TEST_VERBOSE"))
+      std::printf("  cudnn refused %s: %s\n", k.str().c_str(), msg);
+    return false;
+  }
+  CHECK_STATUS(st, FNORM_STATUS_SUCCESS);
+  return st == FNORM_STATUS_SUCCESS;
+}
+
+void run_case(Ctx &ctx, const Case &k) {
+  ++ctx.cases;
+  const int64_t N = k.dims[0], C = k.dims[1];
+  int64_t S = 1;
+  for (size_t i = 2; i < k.dims.size(); ++i) S *= k.dims[i];
+  const Layout L{N, C, S, k.channels_last};
+  const int64_t E = L.elements();
+  const size_t es = esize(k.dtype), off = k.offset * es, bytes = E * es + off;
+  const Tolerance tol = tol_for(k.dtype);
+  const bool relu = k.epilogue != FNORM_BN_EPILOGUE_NONE, add = k.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
+
+  fnorm_batchnorm_desc_t bn;
+  fnorm_batchnorm_desc_create(&bn);
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn, k.epilogue, 1e-5, k.average, 0.1), FNORM_STATUS_SUCCESS);
+  fnorm_batchnorm_desc_set_engine(bn, k.engine);
+  fnorm_tensor_desc_t xd;
+  fnorm_tensor_desc_create(&xd);
+  set_desc(xd, k);
+  struct Cleanup {
+    fnorm_batchnorm_desc_t bn;
+    fnorm_tensor_desc_t xd;
+    ~Cleanup() {
+      fnorm_batchnorm_desc_destroy(bn);
+      fnorm_tensor_desc_destroy(xd);
+    }
+  } cleanup{bn, xd};
+
+  size_t ws_f = 0, ws_i = 0, ws_b = 0, rs = 0;
+  if (!engine_takes(ctx, k, fnorm_batchnorm_fwd_train_workspace_size(ctx.handle, bn, xd, &ws_f))) return;
+  if (!engine_takes(ctx, k, fnorm_batchnorm_reserve_space_size(ctx.handle, bn, xd, &rs))) return;
+  if (!engine_takes(ctx, k, fnorm_batchnorm_bwd_workspace_size(ctx.handle, bn, xd, &ws_b))) return;
+  if (k.engine == FNORM_BN_ENGINE_NATIVE) CHECK_EQ(rs, relu ? static_cast<size_t>((E + 31) / 32 * 4) : 0);
+
+  // Host inputs.
+  std::mt19937_64 rng(ctx.seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.cases)));
+  std::uniform_real_distribution<double> U(-1.0, 1.0);
+  std::vector<double> cmean(C), cspread(C), gamma(C), beta(C), rm0(C), rv0(C);
+  for (int64_t c = 0; c < C; ++c) {
+    cmean[c] = 3.0 * U(rng);
+    cspread[c] = 1.125 + 0.875 * U(rng);
+    gamma[c] = static_cast<float>(1.0 + 0.5 * U(rng));
+    beta[c] = static_cast<float>(0.5 * U(rng));
+    rm0[c] = static_cast<float>(0.1 * U(rng));
+    rv0[c] = static_cast<float>(1.0 + 0.5 * U(rng));
+  }
+  std::vector<unsigned char> hx(bytes), hz(add ? bytes : 0), hdy(bytes);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = L.channel_of(e);
+    store_host(hx.data() + off, k.dtype, e, static_cast<float>(cmean[c] + cspread[c] * U(rng)));
+    store_host(hdy.data() + off, k.dtype, e, static_cast<float>(U(rng)));
+    if (add) store_host(hz.data() + off, k.dtype, e, static_cast<float>(U(rng)));
+  }
+  std::vector<double> x(E), dyv(E), zv(add ? E : 0);
+  parallel_for(E, [&](int64_t e) {
+    x[e] = load_host(hx.data() + off, k.dtype, e);
+    dyv[e] = load_host(hdy.data() + off, k.dtype, e);
+    if (add) zv[e] = load_host(hz.data() + off, k.dtype, e);
+  });
+
+  // Device buffers.
+  Buf bx(bytes), bz(bytes), by(bytes), bdy(bytes), bdx(bytes), bdz(bytes);
+  Buf vec(8 * C * sizeof(float) + 64), bws(std::max(ws_f, ws_b)), brs(rs), bnbt(8);
+  CUDA_OK(cudaMemcpy(bx.p, hx.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(bdy.p, hdy.data(), bytes, cudaMemcpyHostToDevice));
+  if (add) CUDA_OK(cudaMemcpy(bz.p, hz.data(), bytes, cudaMemcpyHostToDevice));
+  float *g_d = reinterpret_cast<float *>(vec.p), *b_d = g_d + C, *rm_d = g_d + 2 * C,
+        *rv_d = g_d + 3 * C, *sm_d = g_d + 4 * C, *si_d = g_d + 5 * C, *dg_d = g_d + 6 * C,
+        *db_d = g_d + 7 * C;
+  std::vector<float> hv(4 * C);
+  for (int64_t c = 0; c < C; ++c) {
+    hv[c] = static_cast<float>(gamma[c]);
+    hv[C + c] = static_cast<float>(beta[c]);
+    hv[2 * C + c] = static_cast<float>(rm0[c]);
+    hv[3 * C + c] = static_cast<float>(rv0[c]);
+  }
+  CUDA_OK(cudaMemset(vec.p, 0xFF, vec.bytes));
+  CUDA_OK(cudaMemcpy(vec.p, hv.data(), 4 * C * sizeof(float), cudaMemcpyHostToDevice));
+  const int64_t nbt0 = 5;
+  CUDA_OK(cudaMemcpy(bnbt.p, &nbt0, 8, cudaMemcpyHostToDevice));
+  void *xp = bx.at(off), *zp = add ? bz.at(off) : nullptr, *yp = by.at(off);
+  const float *gp = k.affine ? g_d : nullptr, *bp = k.affine ? b_d : nullptr;
+  float *rmp = k.running ? rm_d : nullptr, *rvp = k.running ? rv_d : nullptr;
+  int64_t *nbt = static_cast<int64_t *>(bnbt.p);
+
+  // Reference statistics.
+  std::vector<double> mean(C), var(C), invstd(C);
+  batchnorm_stats_reference(x.data(), L.outer(), C, L.inner(), mean.data(), var.data());
+  for (int64_t c = 0; c < C; ++c) invstd[c] = 1.0 / std::sqrt(var[c] + 1e-5);
+  std::vector<double> maxabs(C, 0.0);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = L.channel_of(e);
+    maxabs[c] = std::max(maxabs[c], std::fabs(x[e]));
+  }
+
+  // Training forward, k.steps times on the same batch (running statistics
+  // follow the reference's recurrence).
+  std::vector<double> rm = rm0, rv = rv0;
+  bool ok = true;
+  for (int step = 0; step < k.steps; ++step) {
+    by.poison();
+    brs.poison();
+    CUDA_OK(cudaMemset(sm_d, 0xFF, 2 * C * sizeof(float)));
+    const fnorm_status_t st = fnorm_batchnorm_fwd_train(
+        ctx.handle, nullptr, bn, xd, xp, zp, gp, bp, rmp, rvp, nbt, xd, yp, sm_d, si_d, bws.p, bws.bytes,
+        rs ? brs.p : nullptr, rs);
+    if (!engine_takes(ctx, k, st)) return;
+    const double m = static_cast<double>(L.outer() * L.inner());
+    const double f = k.average == FNORM_BN_AVERAGE_CUMULATIVE ? 1.0 / (nbt0 + step + 1) : 0.1;
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = (1 - f) * rm[c] + f * mean[c];
+      rv[c] = (1 - f) * rv[c] + f * var[c] * m / (m - 1);
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<unsigned char> hy(bytes);
+  CUDA_OK(cudaMemcpy(hy.data(), yp, E * es, cudaMemcpyDeviceToHost));
+  const std::vector<float> hstats = download<float>(rm_d, 4 * C);  // rm, rv, saved mean, invstd
+  const int64_t nbt_after = download<int64_t>(nbt, 1)[0];
+  CHECK_EQ(nbt_after, nbt0 + k.steps);
+  // y
+  {
+    Worst w;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = L.channel_of(e);
+      const double g = k.affine ? gamma[c] : 1.0, b = k.affine ? beta[c] : 0.0;
+      const double ref = bn_epilogue_reference((x[e] - mean[c]) * invstd[c] * g + b, k.epilogue, add ? zv[e] : 0);
+      const double bound = tol.atol + tol.rtol * std::fabs(ref) + 8 * 1.2e-7 * maxabs[c] * invstd[c] * std::fabs(g);
+      w.add(e, load_host(hy.data(), k.dtype, e), ref, bound);
+    }
+    ok &= report(k, "y", w);
+    Worst ws, wi, wr, wv;
+    for (int64_t c = 0; c < C; ++c) {
+      ws.add(c, hstats[2 * C + c], mean[c], 1e-6 * maxabs[c] + 1e-5 * std::sqrt(var[c]) + 1e-30);
+      wi.add(c, hstats[3 * C + c], invstd[c], 1e-4 * invstd[c]);
+      if (k.running) {
+        wr.add(c, hstats[c], rm[c], 1e-5 * std::fabs(rm[c]) + 1e-6 + 1e-6 * maxabs[c]);
+        wv.add(c, hstats[C + c], rv[c], 1e-5 * std::fabs(rv[c]) + 1e-6);
+      }
+    }
+    ok &= report(k, "saved_mean", ws) & report(k, "saved_invstd", wi) & report(k, "running_mean", wr) &
+          report(k, "running_var", wv);
+  }
+
+  // Backward (twice: dgamma/dbeta must be the same bits), from the device's
+  // saved statistics; the mask is y > 0 on the y the device stored.
+  std::vector<double> gm(E), dxr(E), dgr(C), dbr(C);
+  for (int64_t e = 0; e < E; ++e) gm[e] = (!relu || load_host(hy.data(), k.dtype, e) > 0.0) ? dyv[e] : 0.0;
+  batchnorm_backward_reference(x.data(), gm.data(), L.outer(), C, L.inner(), mean.data(), invstd.data(),
+                               k.affine ? gamma.data() : nullptr, dxr.data(), dgr.data(), dbr.data());
+  std::vector<float> first_dg;
+  for (int rep = 0; rep < 2; ++rep) {
+    bdx.poison();
+    bdz.poison();
+    CUDA_OK(cudaMemset(dg_d, 0xFF, 2 * C * sizeof(float)));
+    const bool cudnn_relu = k.engine == FNORM_BN_ENGINE_CUDNN && relu;
+    const fnorm_status_t st = fnorm_batchnorm_bwd(
+        ctx.handle, nullptr, bn, xd, xp, xd, bdy.at(off), cudnn_relu ? yp : nullptr, gp,
+        cudnn_relu ? bp : nullptr, sm_d, si_d, rs ? brs.p : nullptr, rs, xd, bdx.at(off),
+        add ? bdz.at(off) : nullptr, dg_d, db_d, bws.p, bws.bytes);
+    if (!engine_takes(ctx, k, st)) return;
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> hd = download<float>(dg_d, 2 * C);
+    if (rep == 0) {
+      first_dg = hd;
+      continue;
+    }
+    CHECK(std::memcmp(hd.data(), first_dg.data(), hd.size() * sizeof(float)) == 0);
+  }
+  std::vector<unsigned char> hdx(bytes), hdz(add ? bytes : 0);
+  CUDA_OK(cudaMemcpy(hdx.data(), bdx.at(off), E * es, cudaMemcpyDeviceToHost));
+  if (add) CUDA_OK(cudaMemcpy(hdz.data(), bdz.at(off), E * es, cudaMemcpyDeviceToHost));
+  if (add && k.engine == FNORM_BN_ENGINE_CUDNN) {
+    // cuDNN masks on its fp32 pre-activation: where that was a tiny positive
+    // value, y was stored as 0 yet dy passes. Take its choice there (seen by
+    // dz) and say how often; everywhere else the y > 0 rule holds.
+    int64_t zero_passed = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (load_host(hy.data(), k.dtype, e) == 0.0 && dyv[e] != 0.0 &&
+          load_host(hdz.data(), k.dtype, e) == dyv[e]) {
+        gm[e] = dyv[e];
+        ++zero_passed;
+      }
+    }
+    if (zero_passed > 0) {
+      std::printf("  %s: cuDNN passed dy at %lld elements whose stored y is 0\n", k.str().c_str(),
+                  static_cast<long long>(zero_passed));
+      CHECK(zero_passed <= 2 + E / 1000000);
+      batchnorm_backward_reference(x.data(), gm.data(), L.outer(), C, L.inner(), mean.data(), invstd.data(),
+                                   k.affine ? gamma.data() : nullptr, dxr.data(), dgr.data(), dbr.data());
+    }
+  }
+  {
+    const double m = static_cast<double>(L.outer() * L.inner());
+    std::vector<double> sabs_g(C, 0.0), sabs_gx(C, 0.0);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = L.channel_of(e);
+      sabs_g[c] += std::fabs(gm[e]);
+      sabs_gx[c] += std::fabs(gm[e] * (x[e] - mean[c]) * invstd[c]);
+    }
+    Worst wdx, wdz, wdg, wdb;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = L.channel_of(e);
+      const double a = (k.affine ? std::fabs(gamma[c]) : 1.0) * invstd[c];
+      const double xh = std::fabs((x[e] - mean[c]) * invstd[c]);
+      // cond: the error of x - mean in fp32 (ulps of max|x|) in units of std.
+      const double cond = 8 * 1.2e-7 * maxabs[c] * invstd[c];
+      const double bound = tol.atol * a + tol.rtol * std::fabs(dxr[e]) +
+                           1e-5 * a * (std::fabs(gm[e]) + sabs_g[c] / m + xh * sabs_gx[c] / m) +
+                           a * cond * (sabs_g[c] / m + sabs_gx[c] / m);
+      wdx.add(e, load_host(hdx.data(), k.dtype, e), dxr[e], bound);
+      if (add) wdz.add(e, load_host(hdz.data(), k.dtype, e), gm[e], 1e-300);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double cond = 8 * 1.2e-7 * maxabs[c] * invstd[c];
+      wdg.add(c, first_dg[c], dgr[c], 1e-5 * sabs_gx[c] + cond * sabs_g[c] + 1e-6);
+      wdb.add(c, first_dg[C + c], dbr[c], 1e-5 * sabs_g[c] + 1e-6);
+    }
+    ok &= report(k, "dx", wdx) & report(k, "dgamma", wdg) & report(k, "dbeta", wdb);
+    if (add) ok &= report(k, "dz", wdz);
+  }
+
+  // Inference from the (updated) running statistics.
+  if (k.running && !(k.engine == FNORM_BN_ENGINE_CUDNN && relu)) {
+    if (!engine_takes(ctx, k, fnorm_batchnorm_fwd_infer_workspace_size(ctx.handle, bn, xd, &ws_i))) return;
+    Buf bwi(ws_i);
+    by.poison();
+    const fnorm_status_t st = fnorm_batchnorm_fwd_infer(ctx.handle, nullptr, bn, xd, xp, zp, gp, bp, rm_d,
+                                                        rv_d, xd, yp, bwi.p, ws_i);
+    if (!engine_takes(ctx, k, st)) return;
+    CUDA_OK(cudaMemcpy(hy.data(), yp, E * es, cudaMemcpyDeviceToHost));
+    Worst w;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = L.channel_of(e);
+      const double rmc = hstats[c], rvc = hstats[C + c];
+      const double is = 1.0 / std::sqrt(rvc + 1e-5);
+      const double g = k.affine ? gamma[c] : 1.0, b = k.affine ? beta[c] : 0.0;
+      const double ref = bn_epilogue_reference((x[e] - rmc) * is * g + b, k.epilogue, add ? zv[e] : 0);
+      const double bound = tol.atol + tol.rtol * std::fabs(ref) + 8 * 1.2e-7 * (maxabs[c] + std::fabs(rmc)) * is * std::fabs(g);
+      w.add(e, load_host(hy.data(), k.dtype, e), ref, bound);
+    }
+    ok &= report(k, "y (inference)", w);
+  }
+  CHECK(ok);
+  if (!ok) ++ctx.failures;
+}
+
+// [2100000, 256, 4] fp32 (2.15e9 elements): forward and backward, statistics
+// of every channel checked against the host (streamed in chunks), y / dx at
+// samples around element 2^31 and spread over the tensor.
+void run_huge_case(Ctx &ctx) {
+  ++ctx.cases;
+  const int64_t N = 2100000, C = 256, S = 4, E = N * C * S;
+  std::printf("huge case [%lld, %lld, %lld] fp32: %.2f GB per tensor\n", static_cast<long long>(N),
+              static_cast<long long>(C), static_cast<long long>(S), E * 4.0 / 1e9);
+  size_t free_b = 0, total_b = 0;
+  CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+  if (free_b < static_cast<size_t>(E) * 4 * 3 + (1ull << 30)) {
+    std::printf("SKIP huge case: %.1f GB free on the device, needs %.1f\n", free_b / 1e9, E * 12.0 / 1e9);
+    ++counters().skipped;
+    return;
+  }
+  fnorm_batchnorm_desc_t bn;
+  fnorm_batchnorm_desc_create(&bn);
+  fnorm_batchnorm_desc_set_engine(bn, FNORM_BN_ENGINE_NATIVE);
+  fnorm_tensor_desc_t xd;
+  fnorm_tensor_desc_create(&xd);
+  const int64_t dims[3] = {N, C, S};
+  fnorm_tensor_desc_set(xd, FNORM_DTYPE_FLOAT32, 3, dims, nullptr);
+  size_t wsf = 0, wsb = 0;
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(ctx.handle, bn, xd, &wsf), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(ctx.handle, bn, xd, &wsb), FNORM_STATUS_SUCCESS);
+  {
+    Buf bx(E * 4), by(E * 4), vec(8 * C * 4), ws(std::max(wsf, wsb));
+    // x: channel-dependent values (fill's per-"row" shift, rows of S elements).
+    CUDA_OK(fill_uniform(FNORM_DTYPE_FLOAT32, bx.p, E, ctx.seed, -1.f, 1.f, S, 3.f, nullptr));
+    by.poison();
+    float *sm = static_cast<float *>(vec.p), *si = sm + C, *dg = sm + 2 * C, *db = sm + 3 * C;
+    CHECK_STATUS(fnorm_batchnorm_fwd_train(ctx.handle, nullptr, bn, xd, bx.p, nullptr, nullptr, nullptr, nullptr,
+                                           nullptr, nullptr, xd, by.p, sm, si, ws.p, ws.bytes, nullptr, 0),
+                 FNORM_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    // Host statistics, streamed in chunks of whole N-rows.
+    const int64_t rows_per_chunk = 65536;
+    std::vector<float> chunk(rows_per_chunk * C * S);
+    std::vector<double> sum(C, 0.0), mean(C), invstd(C), sq(C, 0.0);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t r0 = 0; r0 < N; r0 += rows_per_chunk) {
+        const int64_t rows = std::min(rows_per_chunk, N - r0);
+        CUDA_OK(cudaMemcpy(chunk.data(), bx.at(r0 * C * S * 4), rows * C * S * 4, cudaMemcpyDeviceToHost));
+        parallel_for(C, [&](int64_t c) {
+          double acc = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t s = 0; s < S; ++s) {
+              const double v = chunk[(r * C + c) * S + s];
+              acc += pass == 0 ? v : (v - mean[c]) * (v - mean[c]);
+            }
+          (pass == 0 ? sum : sq)[c] += acc;
+        });
+      }
+      if (pass == 0)
+        for (int64_t c = 0; c < C; ++c) mean[c] = sum[c] / (N * S);
+    }
+    for (int64_t c = 0; c < C; ++c) invstd[c] = 1.0 / std::sqrt(sq[c] / (N * S) + 1e-5);
+    const std::vector<float> hs = download<float>(sm, 2 * C);
+    Worst wm, wi;
+    for (int64_t c = 0; c < C; ++c) {
+      wm.add(c, hs[c], mean[c], 1e-6 * 4 + 1e-5 / invstd[c]);
+      wi.add(c, hs[C + c], invstd[c], 1e-4 * invstd[c]);
+    }
+    Case k;
+    std::vector<int64_t> kdims{N, C, S};
+    k.dims.swap(kdims);
+    bool ok = report(k, "huge saved_mean", wm) & report(k, "huge saved_invstd", wi);
+    // Samples: around 2^31 and a spread.
+    std::vector<int64_t> at;
+    for (int64_t d = -4096; d < 4096; ++d) at.push_back((int64_t{1} << 31) + d);
+    for (int64_t i = 0; i < 4096; ++i) at.push_back(E - 1 - i * (E / 4096));
+    Worst wy;
+    for (int64_t e : at) {
+      float xv, yv;
+      CUDA_OK(cudaMemcpy(&xv, bx.at(e * 4), 4, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(&yv, by.at(e * 4), 4, cudaMemcpyDeviceToHost));
+      const int64_t c = (e / S) % C;
+      const double ref = (xv - mean[c]) * invstd[c];
+      wy.add(e, yv, ref, 2e-5 + 2e-5 * std::fabs(ref) + 8 * 1.2e-7 * 4 * invstd[c]);
+    }
+    ok &= report(k, "huge y", wy);
+    // Backward: dy = x (reuses the buffer: dx written over y). Reference sums
+    // streamed like the statistics.
+    by.poison();
+    CHECK_STATUS(fnorm_batchnorm_bwd(ctx.handle, nullptr, bn, xd, bx.p, xd, bx.p, nullptr, nullptr, nullptr, sm, si,
+                                     nullptr, 0, xd, by.p, nullptr, dg, db, ws.p, ws.bytes),
+                 FNORM_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<double> sg(C, 0.0), sgx(C, 0.0), sabs(C, 0.0), sabs_g(C, 0.0);
+    for (int64_t r0 = 0; r0 < N; r0 += rows_per_chunk) {
+      const int64_t rows = std::min(rows_per_chunk, N - r0);
+      CUDA_OK(cudaMemcpy(chunk.data(), bx.at(r0 * C * S * 4), rows * C * S * 4, cudaMemcpyDeviceToHost));
+      parallel_for(C, [&](int64_t c) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t s = 0; s < S; ++s) {
+            const double v = chunk[(r * C + c) * S + s];
+            sg[c] += v;
+            sabs_g[c] += std::fabs(v);
+            sgx[c] += v * (v - hs[c]) * hs[C + c];
+            sabs[c] += std::fabs(v * (v - hs[c]) * hs[C + c]);
+          }
+      });
+    }
+    const std::vector<float> hd = download<float>(dg, 2 * C);
+    Worst wg, wb;
+    for (int64_t c = 0; c < C; ++c) {
+      wg.add(c, hd[c], sgx[c], 1e-5 * sabs[c] + 1e-6);
+      wb.add(c, hd[C + c], sg[c], 1e-5 * sabs_g[c] + 1e-6);
+    }
+    ok &= report(k, "huge dgamma", wg) & report(k, "huge dbeta", wb);
+    Worst wdx;
+    const double m = static_cast<double>(N * S);
+    for (int64_t e : at) {
+      float xv, dxv;
+      CUDA_OK(cudaMemcpy(&xv, bx.at(e * 4), 4, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(&dxv, by.at(e * 4), 4, cudaMemcpyDeviceToHost));
+      const int64_t c = (e / S) % C;
+      const double is = hs[C + c], xh = (xv - hs[c]) * is;
+      const double ref = (xv - sg[c] / m - xh * sgx[c] / m) * is;
+      wdx.add(e, dxv, ref, 2e-5 * is + 2e-5 * std::fabs(ref) + 1e-5 * is * (std::fabs(xv) + 1 + std::fabs(xh)));
+    }
+    ok &= report(k, "huge dx", wdx);
+    if (ok) std::printf("huge case: saved statistics, dgamma, dbeta (all channels), y and dx (samples) match\n");
+    CHECK(ok);
+    if (!ok) ++ctx.failures;
+  }
+  fnorm_tensor_desc_destroy(xd);
+  fnorm_batchnorm_desc_destroy(bn);
+}
+
+}  // namespace
+
+int main() {
+  int ndev = 0;
+  const cudaError_t derr = cudaGetDeviceCount(&ndev);
+  if (derr != cudaSuccess || ndev == 0) {
+    std::printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices); GPU tests need one\n",
+                cudaGetErrorString(derr), ndev);
+    return 77;
+  }
+  Ctx ctx;
+  const char *env_seed = std::getenv("FNORM_TEST_SEED");
+  ctx.seed = env_seed ? std::strtoull(env_seed, nullptr, 0)
+                      : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("seed %llu (set FNORM_TEST_SEED to repeat)\n", static_cast<unsigned long long>(ctx.seed));
+  CHECK_STATUS(fnorm_create(&ctx.handle), FNORM_STATUS_SUCCESS);
+  const bool quick = std::getenv("FNORM_TEST_QUICK") != nullptr;
+  const fnorm_dtype_t dtypes[] = {FNORM_DTYPE_FLOAT32, FNORM_DTYPE_FLOAT16, FNORM_DTYPE_BFLOAT16};
+  const fnorm_bn_engine_t engines[] = {FNORM_BN_ENGINE_NATIVE, FNORM_BN_ENGINE_CUDNN};
+  const fnorm_bn_epilogue_t epis[] = {FNORM_BN_EPILOGUE_NONE, FNORM_BN_EPILOGUE_RELU,
+                                      FNORM_BN_EPILOGUE_ADD_RELU};
+  // Small awkward shapes: every channel count of the issue, odd spatial
+  // sizes, N = 1, [N, C], [N, C, L], 5-d; both layouts; misaligned pointers.
+  std::vector<std::vector<int64_t>> small = {
+      {5, 1, 7, 9}, {3, 3, 5, 5}, {2, 4, 3, 3}, {4, 7, 11}, {1, 64, 5, 7}, {2, 2048, 3, 3},
+      {37, 7}, {3, 64}, {2, 4, 2, 3, 5}, {1, 3, 1000}, {6, 5, 33, 17}};
+  if (quick) small.resize(6);
+  for (fnorm_dtype_t dt : dtypes) {
+    const long before = ctx.failures;
+    for (fnorm_bn_engine_t eng : engines) {
+      for (const auto &dims : small) {
+        for (bool cl : {false, true}) {
+          for (fnorm_bn_epilogue_t epi : epis) {
+            Case k;
+            k.dtype = dt;
+            k.dims = dims;
+            k.channels_last = cl;
+            k.epilogue = epi;
+            k.engine = eng;
+            run_case(ctx, k);
+            k.affine = false;
+            k.offset = 1;
+            k.running = epi != FNORM_BN_EPILOGUE_RELU;
+            run_case(ctx, k);
+          }
+        }
+      }
+      // Running statistics over three steps, both averaging modes.
+      for (fnorm_bn_average_t avg : {FNORM_BN_AVERAGE_EXPONENTIAL, FNORM_BN_AVERAGE_CUMULATIVE}) {
+        Case k;
+        k.dtype = dt;
+        k.dims = {8, 6, 5, 3};
+        k.average = avg;
+        k.steps = 3;
+        k.engine = eng;
+        run_case(ctx, k);
+      }
+    }
+    std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
+  }
+  // The issue's shapes (both engines; cuDNN may refuse some).
+  struct Big {
+    fnorm_dtype_t dt;
+    std::vector<int64_t> dims;
+    bool cl;
+    fnorm_bn_epilogue_t epi;
+  };
+  std::vector<Big> bigs = {
+      {FNORM_DTYPE_FLOAT32, {126000, 16}, true, FNORM_BN_EPILOGUE_NONE},
+      {FNORM_DTYPE_FLOAT32, {136000, 16}, true, FNORM_BN_EPILOGUE_RELU},
+      {FNORM_DTYPE_FLOAT32, {16, 32, 112, 112}, false, FNORM_BN_EPILOGUE_RELU},
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}, true, FNORM_BN_EPILOGUE_ADD_RELU},
+      {FNORM_DTYPE_BFLOAT16, {32, 64, 28, 28}, true, FNORM_BN_EPILOGUE_ADD_RELU},
+      {FNORM_DTYPE_FLOAT16, {16, 35, 14, 14}, true, FNORM_BN_EPILOGUE_ADD_RELU},
+      {FNORM_DTYPE_FLOAT32, {1000000, 16, 16}, false, FNORM_BN_EPILOGUE_NONE},
+  };
+  if (quick) bigs.resize(3);
+  for (const Big &b : bigs) {
+    for (fnorm_bn_engine_t eng : engines) {
+      Case k;
+      k.dtype = b.dt;
+      k.dims = b.dims;
+      k.channels_last = b.cl;
+      k.epilogue = b.epi;
+      k.engine = eng;
+      run_case(ctx, k);
+    }
+  }
+  if (!quick) run_huge_case(ctx);
+  std::printf("%ld cases, %ld failed, %ld refused by cuDNN (NOT_SUPPORTED with its message)\n", ctx.cases,
+              ctx.failures, ctx.refused);
+  fnorm_destroy(ctx.handle);
+  return finish("gpu batchnorm");
+}
