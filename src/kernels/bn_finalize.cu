@@ -1,5 +1,5 @@
 // BatchNorm per-channel combination of the reduction partials, in double
-// precision and a fixed order (a warp per channel, lanes over the partials):
+// precision and a fixed order (a block per channel, threads over the partials):
 // forward statistics + running averages + the apply pass's coefficients,
 // backward dgamma / dbeta + dx coefficients, and inference coefficients.
 #include <cmath>
@@ -10,43 +10,81 @@
 namespace fnorm {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kFinalizeThreads = 256;
 
 __device__ __forceinline__ double split_count(const BnFinalizeParams &p, int64_t j) {
   const int64_t left = p.domain - j * p.split_len;
   return static_cast<double>(left < p.split_len ? left : p.split_len);
 }
 
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) bn_finalize_fwd_kernel(BnFinalizeParams p) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (c >= p.channels) return;  // a whole warp
-  double n = 0.0, mean = 0.0, m2 = 0.0;
-  const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
-  for (int64_t t = lane; t < entries; t += 32) {
-    const int64_t j = t / p.group, g = t - j * p.group;
-    const int64_t idx = j * p.part_width + c * p.group + g;
-    const double nb = split_count(p, j);
-    const double mb = p.part_a[idx], m2b = p.part_b[idx];
-    const double nn = n + nb;
-    const double delta = mb - mean;
-    mean += delta * (nb / nn);
-    m2 += m2b + delta * delta * n * (nb / nn);
-    n = nn;
+// Walks a channel's partial entries t = threadIdx.x, + blockDim.x, ... as
+// (split j, column g) without divisions in the loop.
+struct EntryWalk {
+  int64_t j, g, dj, dg, group;
+  __device__ EntryWalk(int64_t t0, int64_t step, int64_t group_) : group(group_) {
+    j = t0 / group;
+    g = t0 - j * group;
+    dj = step / group;
+    dg = step - dj * group;
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    const double nb = __shfl_xor_sync(kFullMask, n, off);
-    const double mb = __shfl_xor_sync(kFullMask, mean, off);
-    const double m2b = __shfl_xor_sync(kFullMask, m2, off);
-    const double nn = n + nb;
-    if (nn > 0.0) {
-      const double delta = mb - mean;
-      mean += delta * (nb / nn);
-      m2 += m2b + delta * delta * n * (nb / nn);
-      n = nn;
+  __device__ __forceinline__ void next() {
+    j += dj;
+    g += dg;
+    if (g >= group) {
+      g -= group;
+      ++j;
     }
   }
-  if (lane != 0) return;
+};
+
+// Sums three doubles over the block; thread 0 gets the result.
+__device__ __forceinline__ void block_sum3(double &a, double &b, double &c) {
+  __shared__ double sh[3][kFinalizeThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) {
+    a += __shfl_xor_sync(kFullMask, a, off);
+    b += __shfl_xor_sync(kFullMask, b, off);
+    c += __shfl_xor_sync(kFullMask, c, off);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    sh[0][warp] = a;
+    sh[1][warp] = b;
+    sh[2][warp] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a = b = c = 0.0;
+    for (int w = 0; w < kFinalizeThreads / 32; ++w) {  // fixed order: deterministic
+      a += sh[0][w];
+      b += sh[1][w];
+      c += sh[2][w];
+    }
+  }
+}
+
+// One block per channel. The partial (count n_j, mean_j, M2_j) combine as
+// shifted sums in double around K, the channel's first partial mean:
+// mean = K + S1 / n, M2 = S2 - S1^2 / n with S1 = sum n_j (mean_j - K),
+// S2 = sum M2_j + n_j (mean_j - K)^2 (no division per entry; the shift keeps
+// the cancellation small even for |mean| >> std).
+__global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_fwd_kernel(BnFinalizeParams p) {
+  const int64_t c = blockIdx.x;
+  const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
+  const double K = p.part_a[c * p.group];
+  double n = 0.0, s1 = 0.0, s2 = 0.0;
+  EntryWalk w(threadIdx.x, blockDim.x, p.group);
+  for (int64_t t = threadIdx.x; t < entries; t += blockDim.x, w.next()) {
+    const int64_t idx = w.j * p.part_width + c * p.group + w.g;
+    const double nb = split_count(p, w.j);
+    const double d = static_cast<double>(p.part_a[idx]) - K;
+    n += nb;
+    s1 += nb * d;
+    s2 += static_cast<double>(p.part_b[idx]) + nb * d * d;
+  }
+  block_sum3(n, s1, s2);
+  if (threadIdx.x != 0) return;
+  const double mean = K + s1 / n;
+  const double m2 = fmax(s2 - s1 * s1 / n, 0.0);
   const double var = m2 / n;  // biased
   const double invstd = 1.0 / sqrt(var + p.eps);
   if (p.saved_mean != nullptr) p.saved_mean[c] = static_cast<float>(mean);
@@ -64,23 +102,18 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) bn_finalize_fwd_kernel(Bn
   p.c2[c] = p.beta != nullptr ? p.beta[c] : 0.f;
 }
 
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) bn_finalize_bwd_kernel(BnFinalizeParams p) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (c >= p.channels) return;
-  double sum_dy = 0.0, sum_dy_xmu = 0.0;
+__global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_bwd_kernel(BnFinalizeParams p) {
+  const int64_t c = blockIdx.x;
   const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
-  for (int64_t t = lane; t < entries; t += 32) {
-    const int64_t j = t / p.group, g = t - j * p.group;
-    const int64_t idx = j * p.part_width + c * p.group + g;
+  double sum_dy = 0.0, sum_dy_xmu = 0.0, unused = 0.0;
+  EntryWalk w(threadIdx.x, blockDim.x, p.group);
+  for (int64_t t = threadIdx.x; t < entries; t += blockDim.x, w.next()) {
+    const int64_t idx = w.j * p.part_width + c * p.group + w.g;
     sum_dy += p.part_a[idx];
     sum_dy_xmu += p.part_b[idx];
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    sum_dy += __shfl_xor_sync(kFullMask, sum_dy, off);
-    sum_dy_xmu += __shfl_xor_sync(kFullMask, sum_dy_xmu, off);
-  }
-  if (lane != 0) return;
+  block_sum3(sum_dy, sum_dy_xmu, unused);
+  if (threadIdx.x != 0) return;
   const double invstd = p.in_invstd[c];
   const double m = p.count;
   const double gamma = p.gamma != nullptr ? p.gamma[c] : 1.0;
@@ -110,19 +143,16 @@ __global__ void bn_fill_kernel(float *p, int64_t n, float value) {
 
 __global__ void bn_count_kernel(int64_t *counter) { *counter += 1; }
 
-unsigned warp_blocks(int64_t channels) {
-  return static_cast<unsigned>(ceil_div(channels, kWarpsPerBlock));
-}
 
 }  // namespace
 
 cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t stream) {
-  bn_finalize_fwd_kernel<<<warp_blocks(p.channels), 32 * kWarpsPerBlock, 0, stream>>>(p);
+  bn_finalize_fwd_kernel<<<static_cast<unsigned>(p.channels), kFinalizeThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 cudaError_t launch_bn_finalize_bwd(const BnFinalizeParams &p, cudaStream_t stream) {
-  bn_finalize_bwd_kernel<<<warp_blocks(p.channels), 32 * kWarpsPerBlock, 0, stream>>>(p);
+  bn_finalize_bwd_kernel<<<static_cast<unsigned>(p.channels), kFinalizeThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -18,8 +18,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Channels-first runs at least this long get one block per (channel, split);
 // shorter runs are reduced as columns of the [N, C * S] matrix.
 constexpr int64_t kSegmentMinGroup = 512;
-// Reduction grids aim at this many 256-thread blocks per SM.
-constexpr int kBlocksPerSm = 8;
+// Reduction grids aim at this many 256-thread blocks per SM, and give each
+// thread at least kMinPacksPerThread packs (shorter blocks spent their time in
+// the block-level fold: 2 rows per thread ran [126000, 16] at 1.2 TB/s).
+constexpr int kBlocksPerSm = 4;
+constexpr int64_t kMinPacksPerThread = 16;
 constexpr int64_t kMaxGridY = 65535;
 
 // Packed strides of `dims` in the given order of dimensions (fastest last).
@@ -54,8 +57,9 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass) {
     if (s.group >= kSegmentMinGroup) {
       p.kind = BnReduceKind::Segments;
       p.domain = s.rows * s.group;
+      const int64_t min_len = 256 * (16 / static_cast<int64_t>(dtype_size(v.dtype))) * kMinPacksPerThread;
       int64_t splits = std::clamp<int64_t>(ceil_div(target, s.channels), 1,
-                                           std::max<int64_t>(1, ceil_div(p.domain, 8192)));
+                                           std::max<int64_t>(1, ceil_div(p.domain, min_len)));
       splits = std::min(splits, kMaxGridY);
       p.split_len = ceil_div(ceil_div(p.domain, splits), 8) * 8;
       p.part_width = s.channels;
@@ -63,9 +67,14 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass) {
     } else {
       p.kind = BnReduceKind::Columns;
       p.domain = s.rows;
-      const int64_t tiles = ceil_div(s.width, 256);
+      // Estimated with the widest pack (a narrower one only lengthens rows per thread).
+      const int64_t pack = 16 / static_cast<int64_t>(dtype_size(v.dtype));
+      const int64_t packs = ceil_div(s.width, pack);
+      const int64_t ncp = std::min<int64_t>(32, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(packs)))));
+      const int64_t tiles = ceil_div(packs, ncp);
+      const int64_t rows_per_iter = 256 / ncp;
       int64_t splits = std::clamp<int64_t>(ceil_div(target, tiles), 1,
-                                           std::max<int64_t>(1, ceil_div(s.rows, 64)));
+                                           std::max<int64_t>(1, ceil_div(s.rows, rows_per_iter * kMinPacksPerThread)));
       splits = std::min(splits, kMaxGridY);
       p.split_len = ceil_div(s.rows, splits);
       p.part_width = s.width;
@@ -93,7 +102,8 @@ const BnInstance *find_instance(fnorm_dtype_t dtype, int pack) {
   return nullptr;
 }
 
-// The widest pack (<= 16 bytes) that `divides` and every pointer allow.
+// The widest pack (<= 16 bytes) that `divides` (0: no constraint) and every
+// pointer allow.
 int widest_pack(size_t esize, int64_t divides, std::initializer_list<const void *> ptrs) {
   int pack = static_cast<int>(16 / esize);
   for (; pack > 1; pack /= 2) {
@@ -204,7 +214,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     a.z = c.z;
     a.y = c.y;
     a.epilogue = c.desc->epilogue;
-    run_apply(a, v, widest_pack(esize, 1, {c.x, c.z, c.y}), true, ctx);
+    run_apply(a, v, widest_pack(esize, 0, {c.x, c.z, c.y}), true, ctx);
     return;
   }
 
@@ -233,7 +243,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     a.epilogue = c.desc->epilogue;
     a.mask_out = relu ? static_cast<uint32_t *>(c.reserve) : nullptr;
     a.num_batches_tracked = c.num_batches_tracked;
-    run_apply(a, v, widest_pack(esize, 1, {c.x, c.z, c.y}), true, ctx);
+    run_apply(a, v, widest_pack(esize, 0, {c.x, c.z, c.y}), true, ctx);
   } else {
     r.x = c.x;
     r.dy = c.dy;
@@ -252,7 +262,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     a.dx = c.dx;
     a.dz = c.dz;
     a.mask_in = r.mask;
-    run_apply(a, v, widest_pack(esize, 1, {c.x, c.dy, c.dx, c.dz}), false, ctx);
+    run_apply(a, v, widest_pack(esize, 0, {c.x, c.dy, c.dx, c.dz}), false, ctx);
   }
 }
 

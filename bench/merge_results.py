@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Merge the benchmark outputs of one run into DIR/<gpu>.json and <gpu>.md:
+the LayerNorm/RMSNorm file bench_layernorm.py wrote there, plus the rows of
+every DIR/rows_<family>.json (and its .md section) the other benchmarks wrote.
+Usage: merge_results.py DIR
+"""
+import glob
+import json
+import os
+import sys
+
+
+def main() -> int:
+    out = sys.argv[1]
+    mains = [p for p in glob.glob(os.path.join(out, "*.json")) if not os.path.basename(p).startswith("rows_")]
+    if len(mains) != 1:
+        print(f"merge_results: expected one <gpu>.json in {out}, found {mains}", file=sys.stderr)
+        return 1
+    with open(mains[0]) as f:
+        result = json.load(f)
+    md_path = mains[0][:-5] + ".md"
+    with open(md_path) as f:
+        md = f.read().rstrip() + "\n"
+    for part in sorted(glob.glob(os.path.join(out, "rows_*.json"))):
+        with open(part) as f:
+            extra = json.load(f)
+        if extra.get("gpu") not in (None, result["gpu"]):
+            print(f"merge_results: {part} is from {extra.get('gpu')}, not {result['gpu']}", file=sys.stderr)
+            return 1
+        result["rows"] += extra.get("rows", [])
+        result.setdefault("errors", []).extend(extra.get("errors", []))
+        if os.path.exists(part[:-5] + ".md"):
+            with open(part[:-5] + ".md") as f:
+                md += "\n" + f.read()
+    if not result.get("errors"):
+        result.pop("errors", None)
+    with open(mains[0], "w") as f:
+        json.dump(result, f, indent=1)
+    with open(md_path, "w") as f:
+        f.write(md)
+    print(f"merged {len(result['rows'])} rows into {mains[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

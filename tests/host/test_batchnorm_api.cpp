@@ -1,0 +1,247 @@
+// Host (no GPU) tests of the BatchNorm API: descriptor, layout detection,
+// validation of every launch argument before any device work, size queries
+// (workspace arithmetic, reserve space). White-box: a handle built without a
+// device (132 SMs, like an H100/H200).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "fusednorm.h"
+#include "internal.hpp"
+
+namespace {
+
+std::string last_error() {
+  const size_t n = fnorm_get_last_error_message(nullptr, 0);
+  std::string s(n + 1, '\0');
+  fnorm_get_last_error_message(&s[0], s.size());
+  s.resize(n);
+  return s;
+}
+
+bool mentions(const char *needle) {
+  const std::string e = last_error();
+  const bool ok = e.find(needle) != std::string::npos;
+  if (!ok) std::fprintf(stderr, "  last error was: %s\n  expected it to mention: %s\n", e.c_str(), needle);
+  return ok;
+}
+
+struct Desc {
+  fnorm_tensor_desc_t d = nullptr;
+  Desc() { fnorm_tensor_desc_create(&d); }
+  ~Desc() { fnorm_tensor_desc_destroy(d); }
+  fnorm_status_t set(fnorm_dtype_t t, std::vector<int64_t> dims, std::vector<int64_t> strides = {}) {
+    return fnorm_tensor_desc_set(d, t, static_cast<int32_t>(dims.size()), dims.data(),
+                                 strides.empty() ? nullptr : strides.data());
+  }
+};
+
+struct Bn {
+  fnorm_batchnorm_desc_t d = nullptr;
+  Bn() { fnorm_batchnorm_desc_create(&d); }
+  ~Bn() { fnorm_batchnorm_desc_destroy(d); }
+};
+
+fnorm_handle *fake_handle() {
+  static fnorm_handle fake;
+  fake.device = 0;
+  fake.info.sm_count = 132;
+  fake.info.max_smem_optin = 227 * 1024;
+  fake.info.max_threads_per_sm = 2048;
+  return &fake;
+}
+
+void test_desc() {
+  Bn bn;
+  fnorm_bn_epilogue_t e;
+  double eps, mom;
+  fnorm_bn_average_t avg;
+  fnorm_bn_engine_t eng;
+  CHECK_STATUS(fnorm_batchnorm_desc_get(bn.d, &e, &eps, &avg, &mom), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(e, FNORM_BN_EPILOGUE_NONE);
+  CHECK_EQ(eps, 1e-5);
+  CHECK_EQ(avg, FNORM_BN_AVERAGE_EXPONENTIAL);
+  CHECK_EQ(mom, 0.1);
+  CHECK_STATUS(fnorm_batchnorm_desc_get_engine(bn.d, &eng), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(eng, FNORM_BN_ENGINE_AUTO);
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_ADD_RELU, 1e-3, FNORM_BN_AVERAGE_CUMULATIVE, 0.5),
+               FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_desc_get(bn.d, &e, &eps, &avg, &mom), FNORM_STATUS_SUCCESS);
+  CHECK(e == FNORM_BN_EPILOGUE_ADD_RELU && eps == 1e-3 && avg == FNORM_BN_AVERAGE_CUMULATIVE && mom == 0.5);
+  // Bad values name the argument and leave the descriptor as it was.
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn.d, static_cast<fnorm_bn_epilogue_t>(7), 1e-5,
+                                        FNORM_BN_AVERAGE_EXPONENTIAL, 0.1),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("epilogue"));
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_NONE, -1.0, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("epsilon"));
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_NONE, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 1.5),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("momentum"));
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_NONE, 1e-5, static_cast<fnorm_bn_average_t>(3), 0.1),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("average"));
+  CHECK_STATUS(fnorm_batchnorm_desc_get(bn.d, &e, &eps, &avg, &mom), FNORM_STATUS_SUCCESS);
+  CHECK(e == FNORM_BN_EPILOGUE_ADD_RELU && eps == 1e-3);
+  CHECK_STATUS(fnorm_batchnorm_desc_set_engine(bn.d, static_cast<fnorm_bn_engine_t>(9)), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("engine"));
+  CHECK_STATUS(fnorm_batchnorm_desc_create(nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(fnorm_batchnorm_desc_destroy(nullptr), FNORM_STATUS_SUCCESS);
+}
+
+void test_layouts_and_sizes() {
+  fnorm_handle *h = fake_handle();
+  Bn bn;
+  Desc x;
+  size_t ws = 0, rs = 7;
+  // NCHW packed.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT16, {8, 16, 5, 7}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_SUCCESS);
+  CHECK(ws > 0 && ws % 256 == 0);
+  CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, bn.d, x.d, &rs), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(rs, static_cast<size_t>(0));  // NONE: no mask
+  fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_RELU, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1);
+  CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, bn.d, x.d, &rs), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(rs, static_cast<size_t>((8 * 16 * 35 + 31) / 32 * 4));  // one bit per element, 32-bit words
+  // NHWC: C fastest, then W, H, N.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT16, {8, 16, 5, 7}, {16 * 35, 1, 16 * 7, 16}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_SUCCESS);
+  // Size-1 dimensions may carry any stride (PyTorch's channels-last [N, C, 1, 1]).
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {8, 16, 1, 1}, {16, 1, 99, 12345}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_SUCCESS);
+  // Anything else is NOT_SUPPORTED and says which layouts are.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {8, 16, 5, 7}, {16 * 35 * 2, 35, 7, 1}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK(mentions("NHWC"));
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {16}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("rank"));
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, nullptr, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, nullptr, x.d, &ws), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("'bn'"));
+  // Workspace arithmetic: partials of the split reduction + coefficient
+  // vectors; inference needs only the vectors, and grows with C.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {126000, 16}), FNORM_STATUS_SUCCESS);
+  size_t wf = 0, wb = 0, wi = 0;
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &wf), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(h, bn.d, x.d, &wb), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_infer_workspace_size(h, bn.d, x.d, &wi), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(wi, static_cast<size_t>(3 * 256));  // mean, scale, shift: 16 floats each, 256-byte aligned
+  CHECK(wf > wi && wb > wf);
+  // 132 SMs x 4 = 528 splits wanted, but each thread gets >= 16 rows (64 row
+  // slices of 4 column packs): 124 splits of 1017 rows, 16 columns, two
+  // arrays of partials.
+  CHECK_EQ(wf, static_cast<size_t>(2 * ((124 * 16 * 4 + 255) / 256 * 256) + 3 * 256));
+  // The huge shape of the issue: sizes in int64, nothing overflows.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {2100000, 256, 4}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &wf), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, bn.d, x.d, &rs), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(rs, static_cast<size_t>(2100000ll * 256 * 4 / 32 * 4));
+}
+
+// Every launch argument is validated before any device work: with the fake
+// handle, reaching a launch would fail differently (no device).
+void test_launch_validation() {
+  fnorm_handle *h = fake_handle();
+  Bn bn;
+  Desc x, y, other;
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3});
+  y.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3});
+  alignas(256) static unsigned char mem[1 << 16];
+  void *px = mem, *py = mem + 4096, *pz = mem + 8192, *ws = mem + 16384, *rs = mem + 12288;
+  float *vec = reinterpret_cast<float *>(mem + 32768);
+  size_t wsb = 0;
+  fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &wsb);
+  auto train = [&](const void *xx, const void *z, void *yy, void *w, size_t wb, void *r, size_t rb,
+                   float *rm, float *rv, int64_t *nbt) {
+    return fnorm_batchnorm_fwd_train(h, nullptr, bn.d, x.d, xx, z, vec, vec + 8, rm, rv, nbt, y.d, yy, vec + 32,
+                                     vec + 40, w, wb, r, rb);
+  };
+  CHECK_STATUS(train(nullptr, nullptr, py, ws, wsb, nullptr, 0, nullptr, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("'x'"));
+  CHECK_STATUS(train(px, nullptr, nullptr, ws, wsb, nullptr, 0, nullptr, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("'y'"));
+  CHECK_STATUS(train(px, nullptr, py, ws, wsb - 1, nullptr, 0, nullptr, nullptr, nullptr),
+               FNORM_STATUS_INSUFFICIENT_WORKSPACE);
+  CHECK(mentions("workspace_bytes"));
+  CHECK_STATUS(train(px, nullptr, py, nullptr, wsb, nullptr, 0, nullptr, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK_STATUS(train(px, pz, py, ws, wsb, nullptr, 0, nullptr, nullptr, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'z'"));
+  CHECK_STATUS(train(px, nullptr, py, ws, wsb, nullptr, 0, vec + 16, nullptr, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("running_var"));
+  CHECK_STATUS(train(px, nullptr, static_cast<unsigned char *>(px) + 2, ws, wsb, nullptr, 0, nullptr, nullptr,
+                     nullptr),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("overlap"));
+  // The workspace overlapping an output.
+  CHECK_STATUS(train(px, nullptr, py, py, wsb, nullptr, 0, nullptr, nullptr, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("workspace"));
+  // Other sizes or layout for y.
+  other.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 4});
+  CHECK_STATUS(fnorm_batchnorm_fwd_train(h, nullptr, bn.d, x.d, px, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, other.d, py, nullptr, nullptr, ws, wsb, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("y_desc"));
+  other.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3}, {72, 1, 24, 8});
+  CHECK_STATUS(fnorm_batchnorm_fwd_train(h, nullptr, bn.d, x.d, px, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, other.d, py, nullptr, nullptr, ws, wsb, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("channels-last"));
+  // ReLU: the reserve space is required and sized.
+  fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_RELU, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1);
+  size_t rsb = 0;
+  fnorm_batchnorm_reserve_space_size(h, bn.d, x.d, &rsb);
+  CHECK_STATUS(train(px, nullptr, py, ws, wsb, nullptr, 0, nullptr, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("reserve"));
+  CHECK_STATUS(train(px, nullptr, py, ws, wsb, rs, rsb - 1, nullptr, nullptr, nullptr),
+               FNORM_STATUS_INSUFFICIENT_WORKSPACE);
+  CHECK(mentions("reserve_bytes"));
+  // ADD_RELU needs z.
+  fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_ADD_RELU, 1e-5, FNORM_BN_AVERAGE_CUMULATIVE, 0.1);
+  CHECK_STATUS(train(px, nullptr, py, ws, wsb, rs, rsb, nullptr, nullptr, nullptr),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("'z'"));
+  // CUMULATIVE averaging reads the counter.
+  CHECK_STATUS(train(px, pz, py, ws, wsb, rs, rsb, vec + 16, vec + 24, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("num_batches_tracked"));
+  // One value per channel: training is undefined.
+  Desc one;
+  one.set(FNORM_DTYPE_FLOAT32, {1, 8});
+  fnorm_batchnorm_desc_set(bn.d, FNORM_BN_EPILOGUE_NONE, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train(h, nullptr, bn.d, one.d, px, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, one.d, py, nullptr, nullptr, ws, 1 << 12, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("more than one value per channel"));
+  // Backward: saved statistics are required; dz only with ADD_RELU; dx may be dy.
+  auto bwd = [&](const float *sm, void *dx, void *dz) {
+    return fnorm_batchnorm_bwd(h, nullptr, bn.d, x.d, px, x.d, py, nullptr, nullptr, nullptr, sm, vec + 8, nullptr, 0,
+                               x.d, dx, dz, vec + 16, vec + 24, ws, 1 << 14);
+  };
+  CHECK_STATUS(bwd(nullptr, pz, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("saved_mean"));
+  CHECK_STATUS(bwd(vec, pz, rs), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'dz'"));
+  CHECK_STATUS(bwd(vec, static_cast<unsigned char *>(py) + 2, nullptr), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("overlap"));
+  // Misaligned per-channel vectors are named.
+  CHECK_STATUS(fnorm_batchnorm_bwd(h, nullptr, bn.d, x.d, px, x.d, py, nullptr,
+                                   reinterpret_cast<const float *>(mem + 32770), nullptr, vec, vec + 8, nullptr, 0,
+                                   x.d, pz, nullptr, nullptr, nullptr, ws, 1 << 14),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'gamma'"));
+}
+
+}  // namespace
+
+int main() {
+  test_desc();
+  test_layouts_and_sizes();
+  test_launch_validation();
+  return fnorm_test::finish("host batchnorm api");
+}
