@@ -322,6 +322,10 @@ __device__ __forceinline__ void store_mask_word(uint32_t *mask, int64_t e, uint3
   if (active && lane % kLanes == 0) mask[e >> 5] = word;
 }
 
+// Channels-last with a grid whose stride is a multiple of C (the launcher
+// rounds the grid so): every pack a thread visits has the same channels, so
+// their coefficients stay in registers (loading them per pack made the
+// fp16 NHWC passes L1-bound: 6 float4 loads per 16 bytes of x).
 template <typename T, int PACK>
 __global__ void __launch_bounds__(kBnThreads) bn_forward_kernel(BnApplyParams p) {
   const int64_t packs = (p.end - p.begin) / PACK;
@@ -330,31 +334,31 @@ __global__ void __launch_bounds__(kBnThreads) bn_forward_kernel(BnApplyParams p)
   int64_t q = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
   ChannelWalk w;
   w.init(p.begin + q * PACK, step * PACK, p.shape);
+  const bool fixed = w.dc == 0 && w.ds == 0;
   const float *const coef[3] = {p.mean, p.c1, p.c2};
   const T *x = static_cast<const T *>(p.x);
   const T *z = static_cast<const T *>(p.z);
   T *y = static_cast<T *>(p.y);
+  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
+  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
   if (p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
     *p.num_batches_tracked += 1;
+  float cf[3][PACK];
+  if (fixed && q < packs) load_coefs<PACK, 3>(coef, w, p.shape, cf);
   for (; q - lane < packs; q += step, w.advance(p.shape)) {
     const bool active = q < packs;
     const int64_t e = p.begin + q * PACK;
     uint32_t bits = 0;
     if (active) {
-      float v[PACK], cf[3][PACK];
+      float v[PACK], zv[PACK];
       load_pack<T, PACK>(x + e, v);
-      load_coefs<PACK, 3>(coef, w, p.shape, cf);
+      if (add) load_pack<T, PACK>(z + e, zv);
+      if (!fixed) load_coefs<PACK, 3>(coef, w, p.shape, cf);
 #pragma unroll
-      for (int k = 0; k < PACK; ++k) v[k] = (v[k] - cf[0][k]) * cf[1][k] + cf[2][k];
-      if (p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU) {
-        float zv[PACK];
-        load_pack<T, PACK>(z + e, zv);
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) v[k] += zv[k];
-      }
-      if (p.epilogue != FNORM_BN_EPILOGUE_NONE) {
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
+      for (int k = 0; k < PACK; ++k) {
+        v[k] = (v[k] - cf[0][k]) * cf[1][k] + cf[2][k];
+        if (add) v[k] += zv[k];
+        if (relu) {
           v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
           // The bit says whether the value stored is > 0 (what relu's backward tests).
           bits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
@@ -373,14 +377,17 @@ __global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p
   int64_t q = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
   ChannelWalk w;
   w.init(p.begin + q * PACK, step * PACK, p.shape);
+  const bool fixed = w.dc == 0 && w.ds == 0;
   const float *const coef[4] = {p.mean, p.c1, p.c2, p.c3};
   const T *x = static_cast<const T *>(p.x);
   const T *dy = static_cast<const T *>(p.dy);
   T *dx = static_cast<T *>(p.dx);
   T *dz = static_cast<T *>(p.dz);
+  float cf[4][PACK];
+  if (fixed && q < packs) load_coefs<PACK, 4>(coef, w, p.shape, cf);
   for (; q < packs; q += step, w.advance(p.shape)) {
     const int64_t e = p.begin + q * PACK;
-    float v[PACK], g[PACK], cf[4][PACK];
+    float v[PACK], g[PACK];
     load_pack<T, PACK>(x + e, v);
     load_pack<T, PACK>(dy + e, g);
     if (p.mask_in != nullptr) {
@@ -389,7 +396,7 @@ __global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p
       for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
       if (dz != nullptr) store_pack<T, PACK>(dz + e, g);
     }
-    load_coefs<PACK, 4>(coef, w, p.shape, cf);
+    if (!fixed) load_coefs<PACK, 4>(coef, w, p.shape, cf);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) v[k] = g[k] * cf[1][k] + (v[k] - cf[0][k]) * cf[2][k] + cf[3][k];
     store_pack<T, PACK>(dx + e, v);
@@ -399,21 +406,48 @@ __global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p
 // ---------------------------------------------------------------------------
 // Launchers (instantiated per dtype and pack by the generated files).
 // ---------------------------------------------------------------------------
+// The reductions size their grid to one wave of resident blocks (their
+// occupancy differs by pack and pass), at most p.splits splits (what the
+// workspace holds), each thread getting >= kBnMinPacksPerThread packs; the
+// splits and split length used are written back for the finalize.
+constexpr int64_t kBnMinPacksPerThread = 8;
+
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_reduce_columns(const BnReduceParams &p, const LaunchContext &ctx) {
+cudaError_t launch_bn_reduce_columns(BnReduceParams &p, const LaunchContext &ctx) {
+  auto kernel = bn_reduce_columns_kernel<T, PACK, BWD>;
   const int64_t packs = p.shape.width / PACK;
   int ncp_log2 = 0;
   while ((int64_t{1} << ncp_log2) < packs && ncp_log2 < 5) ++ncp_log2;
-  const dim3 grid(static_cast<unsigned>(ceil_div(packs, int64_t{1} << ncp_log2)),
-                  static_cast<unsigned>(p.splits));
-  bn_reduce_columns_kernel<T, PACK, BWD><<<grid, kBnThreads, 0, ctx.stream>>>(p, ncp_log2);
+  const int64_t tiles = ceil_div(packs, int64_t{1} << ncp_log2);
+  const int64_t rpi = kBnThreads >> ncp_log2;
+  int occ = 0;
+  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  if (err != cudaSuccess) return err;
+  const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / tiles);
+  const int64_t by_rows = std::max<int64_t>(1, ceil_div(p.shape.rows, rpi * kBnMinPacksPerThread));
+  int64_t splits = std::min({want, by_rows, static_cast<int64_t>(p.splits)});
+  p.split_len = ceil_div(p.shape.rows, splits);
+  p.splits = static_cast<int>(ceil_div(p.shape.rows, p.split_len));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
+  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p, ncp_log2);
   return cudaGetLastError();
 }
 
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_reduce_segments(const BnReduceParams &p, const LaunchContext &ctx) {
+cudaError_t launch_bn_reduce_segments(BnReduceParams &p, const LaunchContext &ctx) {
+  auto kernel = bn_reduce_segments_kernel<T, PACK, BWD>;
+  int occ = 0;
+  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  if (err != cudaSuccess) return err;
+  const int64_t domain = p.shape.rows * p.shape.group;
+  const int64_t want =
+      std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / p.shape.channels);
+  const int64_t by_len = std::max<int64_t>(1, ceil_div(domain, kBnThreads * PACK * kBnMinPacksPerThread));
+  const int64_t splits = std::min({want, by_len, static_cast<int64_t>(p.splits)});
+  p.split_len = ceil_div(ceil_div(domain, splits), 8) * 8;
+  p.splits = static_cast<int>(ceil_div(domain, p.split_len));
   const dim3 grid(static_cast<unsigned>(p.shape.channels), static_cast<unsigned>(p.splits));
-  bn_reduce_segments_kernel<T, PACK, BWD><<<grid, kBnThreads, 0, ctx.stream>>>(p);
+  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -425,9 +459,22 @@ cudaError_t launch_bn_apply(Kernel kernel, const BnApplyParams &p, const LaunchC
                                      0, &occ);
   if (err != cudaSuccess) return err;
   const int64_t packs = (p.end - p.begin) / pack;
-  const int64_t grid = std::max<int64_t>(
+  int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(ceil_div(packs, kBnThreads),
                            static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1)));
+  if (p.shape.group == 1) {
+    // Channels-last: a grid stride (grid * kBnThreads * pack elements) that is
+    // a multiple of C keeps each thread on the same channels (see the kernels).
+    const int64_t C = p.shape.channels, stride = int64_t{kBnThreads} * pack;
+    int64_t a = C, b = stride;
+    while (b != 0) {
+      const int64_t t = a % b;
+      a = b;
+      b = t;
+    }
+    const int64_t m = C / a;  // the grid must be a multiple of m
+    if (m <= 65536) grid = std::max(m, grid / m * m);
+  }
   kernel<<<static_cast<unsigned>(grid), kBnThreads, 0, ctx.stream>>>(p);
   return cudaGetLastError();
 }

@@ -43,7 +43,10 @@ struct BnReduceParams {
   const float *mean = nullptr;       // backward: saved mean per channel
   float *part_a = nullptr;           // forward: mean; backward: sum of dy
   float *part_b = nullptr;           // forward: M2;   backward: sum of dy * (x - mean)
-  int64_t split_len = 0;  // Columns: rows per split; Segments: elements per split (multiple of 8)
+  // In: splits = the most the workspace holds. Out (set by the launch): the
+  // splits used and their length, Columns: rows; Segments: elements (a
+  // multiple of 8).
+  int64_t split_len = 0;
   int splits = 0;
 };
 
@@ -73,7 +76,7 @@ struct BnApplyParams {
   int64_t *num_batches_tracked = nullptr;  // forward training: += 1 by one thread
 };
 
-using BnReduceLaunchFn = cudaError_t (*)(const BnReduceParams &, const LaunchContext &);
+using BnReduceLaunchFn = cudaError_t (*)(BnReduceParams &, const LaunchContext &);
 using BnApplyLaunchFn = cudaError_t (*)(const BnApplyParams &, const LaunchContext &);
 
 struct BnInstance {

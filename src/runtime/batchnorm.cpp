@@ -18,11 +18,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Channels-first runs at least this long get one block per (channel, split);
 // shorter runs are reduced as columns of the [N, C * S] matrix.
 constexpr int64_t kSegmentMinGroup = 512;
-// Reduction grids aim at this many 256-thread blocks per SM, and give each
-// thread at least kMinPacksPerThread packs (shorter blocks spent their time in
-// the block-level fold: 2 rows per thread ran [126000, 16] at 1.2 TB/s).
-constexpr int kBlocksPerSm = 4;
-constexpr int64_t kMinPacksPerThread = 16;
 constexpr int64_t kMaxGridY = 65535;
 
 // Packed strides of `dims` in the given order of dimensions (fastest last).
@@ -38,50 +33,42 @@ bool strides_match(const fnorm_tensor_desc *d, const int32_t *order) {
 
 struct NativePlan {
   BnReduceKind kind = BnReduceKind::Columns;
-  int splits = 0;
-  int64_t split_len = 0;
+  int max_splits = 0;  // what the workspace holds; the launch picks <= this many
   int64_t part_width = 0;
   int64_t group_entries = 1;
   int64_t domain = 0;
   size_t off_a = 0, off_b = 0, off_mean = 0, off_c1 = 0, off_c2 = 0, off_c3 = 0, total = 0;
 };
 
-// Depends on the shape and the device only (never on pointer alignment), so
-// the size query and the launch agree.
+// Depends on the shape and the device only (never on pointer alignment or
+// occupancy), so the size query and the launch agree. The reductions run one
+// wave of resident blocks (at most max_threads_per_sm / 256 per SM) split
+// over the column tiles (Columns) or channels (Segments).
 NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass) {
   NativePlan p;
   const BnShape &s = v.shape;
-  const int64_t target = static_cast<int64_t>(std::max(dev.sm_count, 1)) * kBlocksPerSm;
+  const int64_t most_blocks = static_cast<int64_t>(std::max(dev.sm_count, 1)) *
+                              std::max(dev.max_threads_per_sm / 256, 1);
   size_t off = 0;
   if (pass != BnPass::FwdInfer) {
+    int64_t splits = 0;
     if (s.group >= kSegmentMinGroup) {
       p.kind = BnReduceKind::Segments;
       p.domain = s.rows * s.group;
-      const int64_t min_len = 256 * (16 / static_cast<int64_t>(dtype_size(v.dtype))) * kMinPacksPerThread;
-      int64_t splits = std::clamp<int64_t>(ceil_div(target, s.channels), 1,
-                                           std::max<int64_t>(1, ceil_div(p.domain, min_len)));
-      splits = std::min(splits, kMaxGridY);
-      p.split_len = ceil_div(ceil_div(p.domain, splits), 8) * 8;
       p.part_width = s.channels;
       p.group_entries = 1;
+      splits = std::min(ceil_div(most_blocks, s.channels), ceil_div(p.domain, 8));
     } else {
       p.kind = BnReduceKind::Columns;
       p.domain = s.rows;
-      // Estimated with the widest pack (a narrower one only lengthens rows per thread).
-      const int64_t pack = 16 / static_cast<int64_t>(dtype_size(v.dtype));
-      const int64_t packs = ceil_div(s.width, pack);
-      const int64_t ncp = std::min<int64_t>(32, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(packs)))));
-      const int64_t tiles = ceil_div(packs, ncp);
-      const int64_t rows_per_iter = 256 / ncp;
-      int64_t splits = std::clamp<int64_t>(ceil_div(target, tiles), 1,
-                                           std::max<int64_t>(1, ceil_div(s.rows, rows_per_iter * kMinPacksPerThread)));
-      splits = std::min(splits, kMaxGridY);
-      p.split_len = ceil_div(s.rows, splits);
       p.part_width = s.width;
       p.group_entries = s.group;
+      // The fewest column tiles any pack gives: the widest pack's.
+      const int64_t min_tiles = ceil_div(s.width, 32 * (16 / static_cast<int64_t>(dtype_size(v.dtype))));
+      splits = std::min(ceil_div(most_blocks, min_tiles), s.rows);
     }
-    p.splits = static_cast<int>(ceil_div(p.domain, p.split_len));
-    const size_t part = static_cast<size_t>(p.splits) * static_cast<size_t>(p.part_width) * 4;
+    p.max_splits = static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxGridY));
+    const size_t part = static_cast<size_t>(p.max_splits) * static_cast<size_t>(p.part_width) * 4;
     p.off_a = off;
     off += align_up(part);
     p.off_b = off;
@@ -151,29 +138,31 @@ void run_apply(BnApplyParams p, const BnView &v, int pack, bool forward, const L
   }
 }
 
-void run_reduce(const NativePlan &plan, BnReduceParams p, const BnView &v, bool backward,
-                const LaunchContext &ctx) {
+// Launches the reduction; returns the splits and split length it used.
+BnReduceParams run_reduce(const NativePlan &plan, BnReduceParams p, const BnView &v, bool backward,
+                          const LaunchContext &ctx) {
   const size_t esize = dtype_size(v.dtype);
   const int64_t divides = plan.kind == BnReduceKind::Segments ? v.shape.group : v.shape.width;
   const int pack = widest_pack(esize, divides, {p.x, p.dy});
   const BnInstance &inst = instance_or_throw(v.dtype, pack);
-  p.split_len = plan.split_len;
-  p.splits = plan.splits;
+  p.splits = plan.max_splits;
   BnReduceLaunchFn fn = plan.kind == BnReduceKind::Segments
                             ? (backward ? inst.grads_segments : inst.stats_segments)
                             : (backward ? inst.grads_columns : inst.stats_columns);
   check_cuda(fn(p, ctx), inst.name);
+  return p;
 }
 
-BnFinalizeParams finalize_params(const NativePlan &plan, const BnView &v, char *ws) {
+BnFinalizeParams finalize_params(const NativePlan &plan, const BnView &v, char *ws,
+                                 const BnReduceParams &used) {
   BnFinalizeParams f;
   f.channels = v.shape.channels;
   f.group = plan.group_entries;
   f.part_width = plan.part_width;
-  f.split_len = plan.split_len;
+  f.split_len = used.split_len;
   f.domain = plan.domain;
   f.count = static_cast<double>(v.per_channel());
-  f.splits = plan.splits;
+  f.splits = used.splits;
   f.part_a = reinterpret_cast<const float *>(ws + plan.off_a);
   f.part_b = reinterpret_cast<const float *>(ws + plan.off_b);
   f.mean = reinterpret_cast<float *>(ws + plan.off_mean);
@@ -198,7 +187,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   const NativePlan plan = plan_native(v, h->info, c.pass);
   const LaunchContext ctx = context_for(h, stream);
   char *ws = static_cast<char *>(c.workspace);
-  BnFinalizeParams f = finalize_params(plan, v, ws);
+  BnFinalizeParams f = finalize_params(plan, v, ws, BnReduceParams{});
   const size_t esize = dtype_size(v.dtype);
   const bool relu = c.desc->epilogue != FNORM_BN_EPILOGUE_NONE;
 
@@ -224,7 +213,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   r.part_b = reinterpret_cast<float *>(ws + plan.off_b);
   if (c.pass == BnPass::FwdTrain) {
     r.x = c.x;
-    run_reduce(plan, r, v, false, ctx);
+    f = finalize_params(plan, v, ws, run_reduce(plan, r, v, false, ctx));
     f.eps = c.desc->epsilon;
     f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
     f.factor = c.desc->momentum;
@@ -249,7 +238,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     r.dy = c.dy;
     r.mask = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
     r.mean = c.saved_mean_in;
-    run_reduce(plan, r, v, true, ctx);
+    f = finalize_params(plan, v, ws, run_reduce(plan, r, v, true, ctx));
     f.gamma = c.gamma;
     f.in_mean = c.saved_mean_in;
     f.in_invstd = c.saved_invstd_in;
