@@ -509,7 +509,199 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
 /* Fully-connected layer (cuBLASLt)                                         */
 /* ------------------------------------------------------------------------ */
 
-/* (Fully-connected declarations go here.) */
+/* The layer computes, for row-major tensors as frameworks hold them,
+ *   z = x W (+ b),   y = act(z)
+ * with x [m, k] (leading dimensions of a higher-rank x are collapsed into m),
+ * W given as [k, n] or, as torch.nn.Linear.weight holds it, as [n, k]
+ * (fnorm_linear_weight_layout_t), b [n], y [m, n]. fp16 and bf16 multiply
+ * with fp32 accumulation; fp32 with fp32 arithmetic, or TF32 tensor cores
+ * when FNORM_LINEAR_FLAG_ALLOW_TF32 is set. Every tensor of one call has the
+ * same dtype. The GEMM runs on cuBLASLt with the bias and the activation
+ * fused into its epilogue; the algorithm is chosen once per (shape, strides,
+ * dtype, epilogue, pointer alignment) by cuBLASLt's heuristic and cached in
+ * the handle.
+ *
+ * Alignment: no pointer needs more than its element's natural alignment and
+ * no row stride needs to be a multiple of anything; cuBLASLt then uses
+ * kernels for the smaller alignment. Where it has none for the case,
+ * NOT_SUPPORTED says so: never a wrong answer. Only the aux buffer and the
+ * workspace have rules of their own (below). */
+
+typedef struct fnorm_linear_desc *fnorm_linear_desc_t;
+
+/** What follows the GEMM. Values are explicit and never renumbered. */
+typedef enum fnorm_linear_epilogue {
+  FNORM_LINEAR_EPILOGUE_NONE = 0,      /* y = x W */
+  FNORM_LINEAR_EPILOGUE_BIAS = 1,      /* y = x W + b */
+  FNORM_LINEAR_EPILOGUE_BIAS_RELU = 2, /* y = max(x W + b, 0) */
+  /** y = gelu(z), z = x W + b, with cuBLASLt's tanh approximation:
+   *  gelu(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), as
+   *  torch.nn.functional.gelu(z, approximate="tanh"). */
+  FNORM_LINEAR_EPILOGUE_BIAS_GELU = 3
+} fnorm_linear_epilogue_t;
+
+/** How W is stored. Values are explicit and never renumbered. */
+typedef enum fnorm_linear_weight_layout {
+  FNORM_LINEAR_WEIGHT_KN = 0, /* w is [k, n]: y = x w */
+  FNORM_LINEAR_WEIGHT_NK = 1  /* w is [n, k] (PyTorch's weight): y = x w^T */
+} fnorm_linear_weight_layout_t;
+
+/** Flags of a linear descriptor (bitwise OR). */
+typedef enum fnorm_linear_flag {
+  FNORM_LINEAR_FLAG_NONE = 0,
+  /** fp32 only: let the GEMM round its inputs to TF32 (10-bit mantissa) on
+   *  tensor cores. Off by default: fp32 GEMMs are then full fp32, as
+   *  PyTorch's default. Ignored for fp16 and bf16. */
+  FNORM_LINEAR_FLAG_ALLOW_TF32 = 1
+} fnorm_linear_flag_t;
+
+/** Create a linear descriptor with defaults: EPILOGUE_NONE, WEIGHT_KN, no
+ *  flags. Needs no device.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED;
+ *  NOT_SUPPORTED_BUILD (the library was built without cuBLASLt: every
+ *  fnorm_linear_* function but destroy then returns it). */
+FNORM_API fnorm_status_t fnorm_linear_desc_create(fnorm_linear_desc_t *desc);
+
+/** Destroy a linear descriptor. NULL is accepted. */
+FNORM_API fnorm_status_t fnorm_linear_desc_destroy(fnorm_linear_desc_t desc);
+
+/** Set the epilogue, the weight layout and the flags (fnorm_linear_flag_t
+ *  values ORed). Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (an
+ *  unknown value, named in the message; the descriptor is then unchanged).
+ *  Thread-safety: not while another call reads the descriptor. */
+FNORM_API fnorm_status_t fnorm_linear_desc_set(fnorm_linear_desc_t desc,
+                                               fnorm_linear_epilogue_t epilogue,
+                                               fnorm_linear_weight_layout_t weight_layout,
+                                               uint32_t flags);
+
+/** Read a linear descriptor back. Output pointers may be NULL.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (desc). */
+FNORM_API fnorm_status_t fnorm_linear_desc_get(fnorm_linear_desc_t desc,
+                                               fnorm_linear_epilogue_t *epilogue,
+                                               fnorm_linear_weight_layout_t *weight_layout,
+                                               uint32_t *flags);
+
+/** Bytes of the aux buffer a training forward with this descriptor writes
+ *  and its backward reads: what the activation's derivative needs, in
+ *  cuBLASLt's own formats (BIAS_RELU: a bit per element, 1 where z > 0;
+ *  BIAS_GELU: z itself, in y's dtype), each row of y padded as cuBLASLt
+ *  requires (to 128 bits for RELU, to 8 elements for GELU). Treat the
+ *  contents as opaque. 0 for NONE and BIAS. Depends only on the epilogue,
+ *  y's dtype and y's sizes; the handle is not used beyond validation.
+ *  Note: with fp16/bf16, cuBLASLt decides the ReLU bit and y from z rounded
+ *  differently, so for z within rounding of 0 a bit may be 1 where y is 0;
+ *  the backward follows the bit (either is a derivative of a z that
+ *  rounding cannot tell from this one).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (y_desc never set);
+ *  NOT_SUPPORTED_BUILD. */
+FNORM_API fnorm_status_t fnorm_linear_aux_size(fnorm_handle_t handle, fnorm_linear_desc_t desc,
+                                               fnorm_tensor_desc_t y_desc, size_t *aux_bytes);
+
+/** Scratch bytes fnorm_linear_fwd needs: cuBLASLt's workspace (the same
+ *  budget, 32 MiB, for every forward today; ask anyway) plus room to align
+ *  it, so any pointer will do. Validates the descriptors as the launch
+ *  does; touches no GPU.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED_BUILD. */
+FNORM_API fnorm_status_t fnorm_linear_fwd_workspace_size(fnorm_handle_t handle,
+                                                         fnorm_linear_desc_t desc,
+                                                         fnorm_tensor_desc_t x_desc,
+                                                         fnorm_tensor_desc_t w_desc,
+                                                         fnorm_tensor_desc_t y_desc,
+                                                         size_t *workspace_bytes);
+
+/** Forward: y = act(x W + b) as the descriptor's epilogue says.
+ *
+ *  x_desc: [..., k], rank >= 1, fp32/fp16/bf16; the last dimension packed
+ *    (stride 1); the dimensions before it are the m rows and must collapse
+ *    into one row stride >= k (a packed tensor, or a slice of a wider one).
+ *  w_desc: rank 2, [k, n] (WEIGHT_KN) or [n, k] (WEIGHT_NK), x's dtype, the
+ *    last dimension packed, row stride >= the last size.
+ *  y_desc: x's dtype and leading sizes, last size n; strides as for x.
+ *  bias: n packed elements of x's dtype; required by the BIAS* epilogues,
+ *    NULL otherwise.
+ *  aux, aux_bytes: for BIAS_RELU / BIAS_GELU in training, a buffer of at
+ *    least fnorm_linear_aux_size bytes, 16-byte aligned (cudaMalloc's are),
+ *    that receives what fnorm_linear_bwd needs. NULL (inference) skips it.
+ *    Must be NULL for NONE and BIAS.
+ *  workspace: at least fnorm_linear_fwd_workspace_size bytes (any alignment).
+ *  Aliasing: y must not overlap x, w, bias or aux (BAD_PARAM).
+ *
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE (sizes or dtypes
+ *  disagree); BAD_PARAM; INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (cuBLASLt has
+ *  no kernel for this case, e.g. these pointer alignments; the message says
+ *  which); NOT_SUPPORTED_BUILD; CUBLAS_ERROR; CUDA_ERROR.
+ *  Stream-ordered: enqueued on `stream`; returns before the work finishes.
+ *  The first call for a (shape, dtype, epilogue, alignment) asks cuBLASLt's
+ *  heuristic (host only, no synchronization); later ones reuse its answer.
+ *  Thread-safety: safe with a shared handle (the algorithm cache is locked;
+ *  cuBLASLt's handle is shared); descriptors are only read. */
+FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                          fnorm_linear_desc_t desc,
+                                          fnorm_tensor_desc_t x_desc, const void *x,
+                                          fnorm_tensor_desc_t w_desc, const void *w,
+                                          const void *bias,
+                                          fnorm_tensor_desc_t y_desc, void *y,
+                                          void *aux, size_t aux_bytes,
+                                          void *workspace, size_t workspace_bytes);
+
+/** Scratch bytes fnorm_linear_bwd needs for these arguments: cuBLASLt's
+ *  workspace, plus for BIAS_RELU / BIAS_GELU the gradient of z (m x n
+ *  elements), plus per-block partial column sums for the bias gradients
+ *  (used where cuBLASLt cannot fuse them). x_producer as in the launch
+ *  (NULL: none). Depends on the handle's multiprocessor count; touches no
+ *  GPU. Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED_BUILD. */
+FNORM_API fnorm_status_t fnorm_linear_bwd_workspace_size(fnorm_handle_t handle,
+                                                         fnorm_linear_desc_t desc,
+                                                         fnorm_tensor_desc_t x_desc,
+                                                         fnorm_tensor_desc_t w_desc,
+                                                         fnorm_tensor_desc_t dy_desc,
+                                                         fnorm_linear_desc_t x_producer,
+                                                         size_t *workspace_bytes);
+
+/** Backward of fnorm_linear_fwd. With dz = dy * act'(z) (dz = dy for NONE
+ *  and BIAS; act' read from the forward's aux):
+ *    dx = dz W^T (in x's layout),  dw = x^T dz (in w's layout),
+ *    db = column sums of dz.
+ *  db is fused into the dw GEMM (cuBLASLt's BGRADA / BGRADB epilogue); dz
+ *  is formed in one pass over dy and aux into the workspace, so dy is read
+ *  once. Each output is optional (NULL: not computed); asking for none
+ *  does nothing.
+ *
+ *  desc, x_desc, x, w_desc, w: as in the forward (x is needed only for dw,
+ *    w only for dx; either may then be NULL).
+ *  dy_desc, dy: the gradient of y; described as y was.
+ *  aux, aux_bytes: the forward's aux; required for BIAS_RELU / BIAS_GELU,
+ *    NULL otherwise.
+ *  dx_desc, dx: x's sizes and dtype (strides as for x); dx_desc is needed
+ *    only with dx.
+ *  dw: described by w_desc (w's layout and strides).
+ *  db: n elements of x's dtype; only for the BIAS* epilogues.
+ *
+ *  Chained layers (optional): when x is itself the output of an earlier
+ *  fnorm_linear_fwd with BIAS_RELU or BIAS_GELU and aux, pass that layer's
+ *  descriptor as x_producer, its aux as x_aux / x_aux_bytes, and optionally
+ *  x_db for its bias gradient. dx then receives the gradient with respect
+ *  to that layer's z (its activation's derivative applied inside the dx
+ *  GEMM: cuBLASLt's DRELU_BGRAD / DGELU_BGRAD), and x_db that layer's bias
+ *  gradient from the same GEMM. Finish the earlier layer with a descriptor
+ *  whose epilogue is NONE (dy = this dx; its db is already done).
+ *  x_producer NULL: x_aux, x_aux_bytes and x_db must be NULL / 0.
+ *
+ *  workspace: at least fnorm_linear_bwd_workspace_size bytes (any alignment).
+ *  Aliasing: no output may overlap another output or an input (BAD_PARAM).
+ *  Returns as fnorm_linear_fwd. Stream-ordered; thread-safe with a shared
+ *  handle. db and x_db are deterministic run to run on one device. */
+FNORM_API fnorm_status_t fnorm_linear_bwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                          fnorm_linear_desc_t desc,
+                                          fnorm_tensor_desc_t x_desc, const void *x,
+                                          fnorm_tensor_desc_t w_desc, const void *w,
+                                          fnorm_tensor_desc_t dy_desc, const void *dy,
+                                          const void *aux, size_t aux_bytes,
+                                          fnorm_linear_desc_t x_producer,
+                                          const void *x_aux, size_t x_aux_bytes,
+                                          fnorm_tensor_desc_t dx_desc, void *dx,
+                                          void *dw, void *db, void *x_db,
+                                          void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 } /* extern "C" */
