@@ -570,6 +570,7 @@ def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=No
     return dx, dgamma, dbeta
 
 
+from . import linear  # noqa: E402,F401 - the fully-connected layer; registers its prototypes above
 from .batchnorm import *  # noqa: E402,F401,F403 - BatchNorm; registers its prototypes above
 from . import batchnorm as _batchnorm  # noqa: E402
 __all__ += _batchnorm.__all__
