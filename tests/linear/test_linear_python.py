@@ -111,8 +111,9 @@ class Host(unittest.TestCase):
         w = fn.TensorDesc(fn.DType.FLOAT16, [1024, 784])
         self.assertGreaterEqual(fl.linear_fwd_workspace_size(h, d, x, w, y), 32 << 20)
         self.assertGreaterEqual(fl.linear_bwd_workspace_size(h, d, x, w, y), (32 << 20) + 8192 * 1024 * 2)
+        w_bad = fn.TensorDesc(fn.DType.FLOAT16, [1024, 100])  # k = 100, x has 784
         with self.assertRaises(fn.FusedNormError) as cm:
-            fl.linear_fwd_workspace_size(h, d, x, x, y)
+            fl.linear_fwd_workspace_size(h, d, x, w_bad, y)
         self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM_SHAPE)
         self.assertIn("w_desc", str(cm.exception))
 
