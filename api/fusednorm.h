@@ -391,6 +391,50 @@ FNORM_API fnorm_status_t fnorm_batchnorm_desc_set_engine(fnorm_batchnorm_desc_t 
 FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_engine(fnorm_batchnorm_desc_t desc,
                                                          fnorm_bn_engine_t *engine);
 
+/* SyncBatchNorm. NCCL's communicator type is named here by its struct tag,
+ * so this header needs no nccl.h: an ncclComm_t converts to it implicitly. */
+struct ncclComm;
+
+/** Flags of fnorm_batchnorm_desc_set_comm (bitwise OR). */
+typedef enum fnorm_bn_sync_flag {
+  FNORM_BN_SYNC_NONE = 0,
+  /** dgamma / dbeta summed over all ranks (by default each rank gets its
+   *  own, and the framework reduces weight gradients with the others). */
+  FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS = 1
+} fnorm_bn_sync_flag_t;
+
+/** Attach an NCCL communicator (the caller's; the library neither creates
+ *  nor destroys one; NULL detaches): fnorm_batchnorm_fwd_train and
+ *  fnorm_batchnorm_bwd with this descriptor then compute SyncBatchNorm, with
+ *  per-channel statistics over the samples of every rank of the
+ *  communicator, on any number of ranks and machines:
+ *    forward: local statistics -> one all-reduce of 3 C doubles (count, sum,
+ *      sum of squares around 0 built from each rank's Welford mean and M2,
+ *      so the payload does not grow with the ranks and different per-rank
+ *      batch sizes are exact) -> normalize with the global statistics;
+ *      running statistics take the global mean and unbiased variance.
+ *    backward: local (count, sum_dy, sum_dy_xmu) -> one all-reduce of 3 C
+ *      doubles -> dx with the global count.
+ *  Everything is enqueued on the call's stream (no host synchronization, no
+ *  allocation; capturable in a CUDA graph); every rank must make the same
+ *  calls in the same order, as for any NCCL collective. A rank with no
+ *  samples passes x, y (forward) or x, dy, dx (backward) as NULL, with x_desc
+ *  still describing [1, C, ...] for its channel count and dtype; it takes
+ *  part in the collectives and updates its running statistics.
+ *  The NATIVE engine only (AUTO picks it; CUDNN is NOT_SUPPORTED); inference
+ *  ignores the communicator. The launch checks that the communicator's
+ *  device is the handle's (BAD_PARAM otherwise). NCCL failures return
+ *  NCCL_ERROR with NCCL's message.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (desc); BAD_PARAM (flags);
+ *  NOT_SUPPORTED_BUILD (built without NCCL). */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_set_comm(fnorm_batchnorm_desc_t desc,
+                                                       struct ncclComm *comm, uint32_t flags);
+
+/** Read the attached communicator (NULL: none) and flags. Output pointers may
+ *  be NULL. Returns SUCCESS; BAD_PARAM_NULL_POINTER. */
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_comm(fnorm_batchnorm_desc_t desc,
+                                                       struct ncclComm **comm, uint32_t *flags);
+
 /* Tensors of the BatchNorm calls.
  *  x_desc: rank >= 2, sizes [N, C, spatial...] whatever the layout, dtype
  *    fp32, fp16 or bf16. Two layouts, told apart by the strides:

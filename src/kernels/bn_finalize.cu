@@ -62,29 +62,8 @@ __device__ __forceinline__ void block_sum3(double &a, double &b, double &c) {
   }
 }
 
-// One block per channel. The partial (count n_j, mean_j, M2_j) combine as
-// shifted sums in double around K, the channel's first partial mean:
-// mean = K + S1 / n, M2 = S2 - S1^2 / n with S1 = sum n_j (mean_j - K),
-// S2 = sum M2_j + n_j (mean_j - K)^2 (no division per entry; the shift keeps
-// the cancellation small even for |mean| >> std).
-__global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_fwd_kernel(BnFinalizeParams p) {
-  const int64_t c = blockIdx.x;
-  const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
-  const double K = p.part_a[c * p.group];
-  double n = 0.0, s1 = 0.0, s2 = 0.0;
-  EntryWalk w(threadIdx.x, blockDim.x, p.group);
-  for (int64_t t = threadIdx.x; t < entries; t += blockDim.x, w.next()) {
-    const int64_t idx = w.j * p.part_width + c * p.group + w.g;
-    const double nb = split_count(p, w.j);
-    const double d = static_cast<double>(p.part_a[idx]) - K;
-    n += nb;
-    s1 += nb * d;
-    s2 += static_cast<double>(p.part_b[idx]) + nb * d * d;
-  }
-  block_sum3(n, s1, s2);
-  if (threadIdx.x != 0) return;
-  const double mean = K + s1 / n;
-  const double m2 = fmax(s2 - s1 * s1 / n, 0.0);
+// The forward's outputs from a channel's count, mean and M2.
+__device__ void finish_fwd(const BnFinalizeParams &p, int64_t c, double n, double mean, double m2) {
   const double var = m2 / n;  // biased
   const double invstd = 1.0 / sqrt(var + p.eps);
   if (p.saved_mean != nullptr) p.saved_mean[c] = static_cast<float>(mean);
@@ -102,6 +81,68 @@ __global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_fwd_kernel(BnFin
   p.c2[c] = p.beta != nullptr ? p.beta[c] : 0.f;
 }
 
+// The backward's outputs from a channel's count and sums.
+__device__ void finish_bwd(const BnFinalizeParams &p, int64_t c, double m, double sum_dy,
+                           double sum_dy_xmu, bool weight_grads) {
+  const double invstd = p.in_invstd[c];
+  const double gamma = p.gamma != nullptr ? p.gamma[c] : 1.0;
+  if (weight_grads && p.dbeta != nullptr) p.dbeta[c] = static_cast<float>(sum_dy);
+  if (weight_grads && p.dgamma != nullptr) p.dgamma[c] = static_cast<float>(sum_dy_xmu * invstd);
+  // dx = (g - sum_dy / m - (x - mean) * sum_dy_xmu * invstd^2 / m) * gamma * invstd
+  const double a = gamma * invstd;
+  p.mean[c] = p.in_mean[c];
+  p.c1[c] = static_cast<float>(a);
+  p.c2[c] = static_cast<float>(-sum_dy_xmu * invstd * invstd / m * a);
+  p.c3[c] = static_cast<float>(-sum_dy / m * a);
+}
+
+// One block per channel. The partial (count n_j, mean_j, M2_j) combine as
+// shifted sums in double around K, the channel's first partial mean:
+// mean = K + S1 / n, M2 = S2 - S1^2 / n with S1 = sum n_j (mean_j - K),
+// S2 = sum M2_j + n_j (mean_j - K)^2 (no division per entry; the shift keeps
+// the cancellation small even for |mean| >> std).
+// SyncBatchNorm (p.sync_local): writes this rank's (n, n * mean, M2 + n *
+// mean^2) in double for the all-reduce instead (shift 0, common to all ranks:
+// the variance then loses (mean / std)^2 * 1e-16 relative, 1e-8 at a mean of
+// 1e4 standard deviations).
+__global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_fwd_kernel(BnFinalizeParams p) {
+  const int64_t c = blockIdx.x;
+  const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
+  const double K = entries > 0 ? p.part_a[c * p.group] : 0.0;
+  double n = 0.0, s1 = 0.0, s2 = 0.0;
+  EntryWalk w(threadIdx.x, blockDim.x, p.group);
+  for (int64_t t = threadIdx.x; t < entries; t += blockDim.x, w.next()) {
+    const int64_t idx = w.j * p.part_width + c * p.group + w.g;
+    const double nb = split_count(p, w.j);
+    const double d = static_cast<double>(p.part_a[idx]) - K;
+    n += nb;
+    s1 += nb * d;
+    s2 += static_cast<double>(p.part_b[idx]) + nb * d * d;
+  }
+  block_sum3(n, s1, s2);
+  if (threadIdx.x != 0) return;
+  const double mean = n > 0.0 ? K + s1 / n : 0.0;
+  const double m2 = n > 0.0 ? fmax(s2 - s1 * s1 / n, 0.0) : 0.0;
+  if (p.sync_local != nullptr) {
+    p.sync_local[3 * c] = n;
+    p.sync_local[3 * c + 1] = n * mean;
+    p.sync_local[3 * c + 2] = m2 + n * mean * mean;
+    return;
+  }
+  finish_fwd(p, c, n, mean, m2);
+}
+
+// SyncBatchNorm: the all-reduced (n, S1, S2) of every channel.
+__global__ void bn_finalize_fwd_sync_kernel(BnFinalizeParams p) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  const double n = p.sync_global[3 * c], s1 = p.sync_global[3 * c + 1], s2 = p.sync_global[3 * c + 2];
+  finish_fwd(p, c, n, s1 / n, fmax(s2 - s1 * s1 / n, 0.0));
+}
+
+// SyncBatchNorm (p.sync_local): writes this rank's (count, sum_dy,
+// sum_dy_xmu) for the all-reduce, and the local dgamma / dbeta unless the
+// global ones are asked for.
 __global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_bwd_kernel(BnFinalizeParams p) {
   const int64_t c = blockIdx.x;
   const int64_t entries = static_cast<int64_t>(p.splits) * p.group;
@@ -114,17 +155,24 @@ __global__ void __launch_bounds__(kFinalizeThreads) bn_finalize_bwd_kernel(BnFin
   }
   block_sum3(sum_dy, sum_dy_xmu, unused);
   if (threadIdx.x != 0) return;
-  const double invstd = p.in_invstd[c];
-  const double m = p.count;
-  const double gamma = p.gamma != nullptr ? p.gamma[c] : 1.0;
-  if (p.dbeta != nullptr) p.dbeta[c] = static_cast<float>(sum_dy);
-  if (p.dgamma != nullptr) p.dgamma[c] = static_cast<float>(sum_dy_xmu * invstd);
-  // dx = (g - sum_dy / m - (x - mean) * sum_dy_xmu * invstd^2 / m) * gamma * invstd
-  const double a = gamma * invstd;
-  p.mean[c] = p.in_mean[c];
-  p.c1[c] = static_cast<float>(a);
-  p.c2[c] = static_cast<float>(-sum_dy_xmu * invstd * invstd / m * a);
-  p.c3[c] = static_cast<float>(-sum_dy / m * a);
+  if (p.sync_local != nullptr) {
+    p.sync_local[3 * c] = p.count;
+    p.sync_local[3 * c + 1] = sum_dy;
+    p.sync_local[3 * c + 2] = sum_dy_xmu;
+    if (!p.global_weight_grads) {
+      if (p.dbeta != nullptr) p.dbeta[c] = static_cast<float>(sum_dy);
+      if (p.dgamma != nullptr) p.dgamma[c] = static_cast<float>(sum_dy_xmu * p.in_invstd[c]);
+    }
+    return;
+  }
+  finish_bwd(p, c, p.count, sum_dy, sum_dy_xmu, true);
+}
+
+__global__ void bn_finalize_bwd_sync_kernel(BnFinalizeParams p) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  finish_bwd(p, c, p.sync_global[3 * c], p.sync_global[3 * c + 1], p.sync_global[3 * c + 2],
+             p.global_weight_grads);
 }
 
 __global__ void bn_infer_coef_kernel(BnFinalizeParams p) {
@@ -153,6 +201,16 @@ cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t strea
 
 cudaError_t launch_bn_finalize_bwd(const BnFinalizeParams &p, cudaStream_t stream) {
   bn_finalize_bwd_kernel<<<static_cast<unsigned>(p.channels), kFinalizeThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_bn_finalize_fwd_sync(const BnFinalizeParams &p, cudaStream_t stream) {
+  bn_finalize_fwd_sync_kernel<<<static_cast<unsigned>(ceil_div(p.channels, 256)), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_bn_finalize_bwd_sync(const BnFinalizeParams &p, cudaStream_t stream) {
+  bn_finalize_bwd_sync_kernel<<<static_cast<unsigned>(ceil_div(p.channels, 256)), 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

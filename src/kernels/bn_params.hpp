@@ -127,10 +127,19 @@ struct BnFinalizeParams {
   const float *in_invstd = nullptr;
   float *dgamma = nullptr;
   float *dbeta = nullptr;
+  // SyncBatchNorm: this rank's per-channel triple for the all-reduce
+  // (forward: n, n * mean, M2 + n * mean^2; backward: n, sum_dy, sum_dy_xmu),
+  // then the all-reduced triples.
+  double *sync_local = nullptr;
+  const double *sync_global = nullptr;
+  bool global_weight_grads = false;
 };
 
 cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t stream);
 cudaError_t launch_bn_finalize_bwd(const BnFinalizeParams &p, cudaStream_t stream);
+// SyncBatchNorm: the outputs from the all-reduced triples (p.sync_global).
+cudaError_t launch_bn_finalize_fwd_sync(const BnFinalizeParams &p, cudaStream_t stream);
+cudaError_t launch_bn_finalize_bwd_sync(const BnFinalizeParams &p, cudaStream_t stream);
 // Inference: mean = running_mean, scale = gamma * rsqrt(running_var + eps), shift = beta.
 cudaError_t launch_bn_infer_coef(const BnFinalizeParams &p, cudaStream_t stream);
 // p[0..n) = value (the cuDNN engine's stand-in gamma / beta).

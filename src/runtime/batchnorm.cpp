@@ -37,14 +37,14 @@ struct NativePlan {
   int64_t part_width = 0;
   int64_t group_entries = 1;
   int64_t domain = 0;
-  size_t off_a = 0, off_b = 0, off_mean = 0, off_c1 = 0, off_c2 = 0, off_c3 = 0, total = 0;
+  size_t off_a = 0, off_b = 0, off_mean = 0, off_c1 = 0, off_c2 = 0, off_c3 = 0, off_sync = 0, total = 0;
 };
 
 // Depends on the shape and the device only (never on pointer alignment or
 // occupancy), so the size query and the launch agree. The reductions run one
 // wave of resident blocks (at most max_threads_per_sm / 256 per SM) split
 // over the column tiles (Columns) or channels (Segments).
-NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass) {
+NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool sync) {
   NativePlan p;
   const BnShape &s = v.shape;
   const int64_t most_blocks = static_cast<int64_t>(std::max(dev.sm_count, 1)) *
@@ -80,6 +80,10 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass) {
   p.off_c2 = off + 2 * vec;
   p.off_c3 = off + 3 * vec;
   p.total = off + (pass == BnPass::Bwd ? 4 : 3) * vec;
+  if (sync && pass != BnPass::FwdInfer) {  // the all-reduced per-channel triples
+    p.off_sync = p.total;
+    p.total += align_up(static_cast<size_t>(s.channels) * 3 * sizeof(double));
+  }
   return p;
 }
 
@@ -184,7 +188,8 @@ BnApplyParams apply_params(const BnView &v, const BnFinalizeParams &f) {
 
 void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   const BnView &v = c.view;
-  const NativePlan plan = plan_native(v, h->info, c.pass);
+  const bool sync = c.desc->comm != nullptr && c.pass != BnPass::FwdInfer;
+  const NativePlan plan = plan_native(v, h->info, c.pass, sync);
   const LaunchContext ctx = context_for(h, stream);
   char *ws = static_cast<char *>(c.workspace);
   BnFinalizeParams f = finalize_params(plan, v, ws, BnReduceParams{});
@@ -213,7 +218,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   r.part_b = reinterpret_cast<float *>(ws + plan.off_b);
   if (c.pass == BnPass::FwdTrain) {
     r.x = c.x;
-    f = finalize_params(plan, v, ws, run_reduce(plan, r, v, false, ctx));
+    if (!c.local_empty) f = finalize_params(plan, v, ws, run_reduce(plan, r, v, false, ctx));
     f.eps = c.desc->epsilon;
     f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
     f.factor = c.desc->momentum;
@@ -224,7 +229,27 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     f.running_var = c.running_var;
     f.saved_mean = c.saved_mean;
     f.saved_invstd = c.saved_invstd;
-    check_cuda(launch_bn_finalize_fwd(f, ctx.stream), "bn_finalize_fwd");
+    if (sync) {
+      double *triples = reinterpret_cast<double *>(ws + plan.off_sync);
+      if (c.local_empty) {
+        check_cuda(cudaMemsetAsync(triples, 0, v.shape.channels * 3 * sizeof(double), ctx.stream),
+                   "cudaMemsetAsync");
+      } else {
+        f.sync_local = triples;
+        check_cuda(launch_bn_finalize_fwd(f, ctx.stream), "bn_finalize_fwd");
+        f.sync_local = nullptr;
+      }
+      nccl_allreduce_sum(c.desc->comm, triples, v.shape.channels * 3, ctx.stream);
+      f.sync_global = triples;
+      check_cuda(launch_bn_finalize_fwd_sync(f, ctx.stream), "bn_finalize_fwd_sync");
+    } else {
+      check_cuda(launch_bn_finalize_fwd(f, ctx.stream), "bn_finalize_fwd");
+    }
+    if (c.local_empty) {
+      if (c.num_batches_tracked != nullptr)
+        check_cuda(launch_bn_count(c.num_batches_tracked, ctx.stream), "bn_count");
+      return;
+    }
     BnApplyParams a = apply_params(v, f);
     a.x = c.x;
     a.z = c.z;
@@ -238,13 +263,34 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     r.dy = c.dy;
     r.mask = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
     r.mean = c.saved_mean_in;
-    f = finalize_params(plan, v, ws, run_reduce(plan, r, v, true, ctx));
+    if (!c.local_empty) f = finalize_params(plan, v, ws, run_reduce(plan, r, v, true, ctx));
     f.gamma = c.gamma;
     f.in_mean = c.saved_mean_in;
     f.in_invstd = c.saved_invstd_in;
     f.dgamma = c.dgamma;
     f.dbeta = c.dbeta;
-    check_cuda(launch_bn_finalize_bwd(f, ctx.stream), "bn_finalize_bwd");
+    if (sync) {
+      double *triples = reinterpret_cast<double *>(ws + plan.off_sync);
+      f.global_weight_grads = (c.desc->sync_flags & FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS) != 0;
+      if (c.local_empty) {
+        const size_t C = static_cast<size_t>(v.shape.channels);
+        check_cuda(cudaMemsetAsync(triples, 0, C * 3 * sizeof(double), ctx.stream), "cudaMemsetAsync");
+        if (!f.global_weight_grads) {  // this rank's sums over no samples
+          if (c.dgamma != nullptr) check_cuda(cudaMemsetAsync(c.dgamma, 0, C * 4, ctx.stream), "cudaMemsetAsync");
+          if (c.dbeta != nullptr) check_cuda(cudaMemsetAsync(c.dbeta, 0, C * 4, ctx.stream), "cudaMemsetAsync");
+        }
+      } else {
+        f.sync_local = triples;
+        check_cuda(launch_bn_finalize_bwd(f, ctx.stream), "bn_finalize_bwd");
+        f.sync_local = nullptr;
+      }
+      nccl_allreduce_sum(c.desc->comm, triples, v.shape.channels * 3, ctx.stream);
+      f.sync_global = triples;
+      check_cuda(launch_bn_finalize_bwd_sync(f, ctx.stream), "bn_finalize_bwd_sync");
+    } else {
+      check_cuda(launch_bn_finalize_bwd(f, ctx.stream), "bn_finalize_bwd");
+    }
+    if (c.local_empty) return;
     BnApplyParams a = apply_params(v, f);
     a.x = c.x;
     a.dy = c.dy;
@@ -258,6 +304,8 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
 // The engine a call runs on. AUTO: see fnorm_batchnorm_desc_set_engine.
 fnorm_bn_engine_t resolve_engine(fnorm_handle *h, const BnCall &c) {
   if (c.desc->engine != FNORM_BN_ENGINE_CUDNN) return FNORM_BN_ENGINE_NATIVE;
+  FNORM_REQUIRE(c.desc->comm == nullptr || c.pass == BnPass::FwdInfer, FNORM_STATUS_NOT_SUPPORTED,
+                "SyncBatchNorm (a communicator is attached) runs on the NATIVE engine only");
   FNORM_REQUIRE(cudnn_bn_built(), FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "the CUDNN engine was left out of this build (cuDNN not found; meson option 'cudnn')");
   std::string why;
@@ -268,7 +316,7 @@ fnorm_bn_engine_t resolve_engine(fnorm_handle *h, const BnCall &c) {
 
 size_t workspace_for(fnorm_handle *h, const BnCall &c) {
   if (resolve_engine(h, c) == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_workspace_size(h, c);
-  return plan_native(c.view, h->info, c.pass).total;
+  return plan_native(c.view, h->info, c.pass, c.desc->comm != nullptr).total;
 }
 
 size_t reserve_for(fnorm_handle *h, const BnCall &c) {
@@ -477,6 +525,28 @@ FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_engine(fnorm_batchnorm_desc_t 
   });
 }
 
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_set_comm(fnorm_batchnorm_desc_t desc,
+                                                       struct ncclComm *comm, uint32_t flags) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(desc);
+    FNORM_REQUIRE((flags & ~static_cast<uint32_t>(FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS)) == 0,
+                  FNORM_STATUS_BAD_PARAM, "argument 'flags' has unknown bits 0x%x", flags);
+    FNORM_REQUIRE(comm == nullptr || fnorm::nccl_built(), FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                  "SyncBatchNorm was left out of this build (NCCL not found; meson option 'nccl')");
+    desc->comm = comm;
+    desc->sync_flags = flags;
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_comm(fnorm_batchnorm_desc_t desc,
+                                                       struct ncclComm **comm, uint32_t *flags) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(desc);
+    if (comm) *comm = desc->comm;
+    if (flags) *flags = desc->sync_flags;
+  });
+}
+
 FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train_workspace_size(fnorm_handle_t handle,
                                                                   fnorm_batchnorm_desc_t bn,
                                                                   fnorm_tensor_desc_t x_desc,
@@ -531,9 +601,14 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     using namespace fnorm;
     BnCall c = prepare(BnPass::FwdTrain, handle, bn, x_desc);
     bn_require_same(c.view, y_desc, "y_desc");
-    FNORM_REQUIRE_NOT_NULL(x);
-    FNORM_REQUIRE_NOT_NULL(y);
-    const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
+    if (bn->comm != nullptr) nccl_check_comm(handle, bn->comm);
+    // SyncBatchNorm: a rank without samples passes x and y as NULL.
+    c.local_empty = bn->comm != nullptr && x == nullptr && y == nullptr && z == nullptr;
+    if (!c.local_empty) {
+      FNORM_REQUIRE_NOT_NULL(x);
+      FNORM_REQUIRE_NOT_NULL(y);
+    }
+    const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU && !c.local_empty;
     FNORM_REQUIRE(add == (z != nullptr), add ? FNORM_STATUS_BAD_PARAM_NULL_POINTER : FNORM_STATUS_BAD_PARAM,
                   add ? "argument 'z' is NULL; the ADD_RELU epilogue adds it"
                       : "argument 'z' is given but the epilogue is not ADD_RELU");
@@ -545,7 +620,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
                   "argument 'num_batches_tracked' is NULL; CUMULATIVE averaging reads it");
     FNORM_REQUIRE(aligned(num_batches_tracked, 8), FNORM_STATUS_BAD_PARAM,
                   "argument 'num_batches_tracked' (%p) is not 8-byte aligned", static_cast<void *>(num_batches_tracked));
-    FNORM_REQUIRE(c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
+    // (SyncBatchNorm: the count that matters is the global one, which the
+    // host does not see.)
+    FNORM_REQUIRE(bn->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
                   "argument 'x_desc': training needs more than one value per channel (N * "
                   "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
     const float *vecs[] = {gamma, beta, running_mean, running_var, saved_mean, saved_invstd};
@@ -566,7 +643,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     c.reserve = reserve;
     c.reserve_bytes = reserve_bytes;
     check_workspace(handle, c);
-    check_reserve(handle, c);
+    if (!c.local_empty) check_reserve(handle, c);
     const size_t data = c.view.bytes(), vec = static_cast<size_t>(c.view.c) * 4;
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
         sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},
@@ -640,14 +717,19 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     BnCall c = prepare(BnPass::Bwd, handle, bn, x_desc);
     bn_require_same(c.view, dy_desc, "dy_desc");
     bn_require_same(c.view, dx_desc, "dx_desc");
-    FNORM_REQUIRE_NOT_NULL(x);
-    FNORM_REQUIRE_NOT_NULL(dy);
-    FNORM_REQUIRE_NOT_NULL(dx);
+    if (bn->comm != nullptr) nccl_check_comm(handle, bn->comm);
+    // SyncBatchNorm: a rank without samples passes x, dy and dx as NULL.
+    c.local_empty = bn->comm != nullptr && x == nullptr && dy == nullptr && dx == nullptr && dz == nullptr;
+    if (!c.local_empty) {
+      FNORM_REQUIRE_NOT_NULL(x);
+      FNORM_REQUIRE_NOT_NULL(dy);
+      FNORM_REQUIRE_NOT_NULL(dx);
+    }
     FNORM_REQUIRE_NOT_NULL(saved_mean);
     FNORM_REQUIRE_NOT_NULL(saved_invstd);
     FNORM_REQUIRE(dz == nullptr || bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU, FNORM_STATUS_BAD_PARAM,
                   "argument 'dz' is given but the epilogue is not ADD_RELU");
-    FNORM_REQUIRE(c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
+    FNORM_REQUIRE(bn->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
                   "argument 'x_desc': training needs more than one value per channel (N * "
                   "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
     const float *vecs[] = {gamma, beta, saved_mean, saved_invstd, dgamma, dbeta};
@@ -669,7 +751,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
     check_workspace(handle, c);
-    check_reserve(handle, c);
+    if (!c.local_empty) check_reserve(handle, c);
     const size_t data = c.view.bytes(), vec = static_cast<size_t>(c.view.c) * 4;
     const Span sx{"x", x, data}, sdy{"dy", dy, data}, sdx{"dx", dx, data}, sdz{"dz", dz, data},
         sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},

@@ -12,6 +12,8 @@ struct fnorm_batchnorm_desc {
   fnorm_bn_average_t average = FNORM_BN_AVERAGE_EXPONENTIAL;
   double momentum = 0.1;
   fnorm_bn_engine_t engine = FNORM_BN_ENGINE_AUTO;
+  struct ncclComm *comm = nullptr;  // SyncBatchNorm when set (not owned)
+  uint32_t sync_flags = 0;
 };
 
 namespace fnorm {
@@ -58,7 +60,15 @@ struct BnCall {
   size_t reserve_bytes = 0;
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
+  bool local_empty = false;  // SyncBatchNorm: this rank holds no samples
 };
+
+// SyncBatchNorm's NCCL calls (syncbn.cpp; without NCCL they throw
+// NOT_SUPPORTED_BUILD). The communicator must live on the handle's device.
+bool nccl_built();
+void nccl_check_comm(const fnorm_handle *h, struct ncclComm *comm);
+// In-place sum of n doubles across the communicator's ranks, on `stream`.
+void nccl_allreduce_sum(struct ncclComm *comm, double *buf, size_t n, cudaStream_t stream);
 
 // Was the library built with cuDNN? Does the cuDNN engine take this case?
 // When it does not, *why says why.

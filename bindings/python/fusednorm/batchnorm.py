@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from . import (_PROTOTYPES, _Owned, _desc_of, _dtype_of, _handle_for, _on_device, _p, _ptr, _size,
                _sizep, _status, _enum, _workspace, check, lib)
 
-__all__ = ["BnEpilogue", "BnAverage", "BnEngine", "BatchNormDesc", "BnSaved",
+__all__ = ["BnEpilogue", "BnAverage", "BnEngine", "BnSyncFlag", "BatchNormDesc", "BnSaved",
            "batch_norm_train", "batch_norm_infer", "batch_norm_backward"]
 
 
@@ -40,6 +40,11 @@ class BnEngine(enum.IntEnum):
     CUDNN = 2
 
 
+class BnSyncFlag(enum.IntEnum):
+    NONE = 0
+    GLOBAL_WEIGHT_GRADS = 1
+
+
 _BN_PROTOTYPES = {
     "fnorm_batchnorm_desc_create": (_status, [ctypes.POINTER(_p)]),
     "fnorm_batchnorm_desc_destroy": (_status, [_p]),
@@ -48,6 +53,8 @@ _BN_PROTOTYPES = {
                                            ctypes.POINTER(_enum), ctypes.POINTER(ctypes.c_double)]),
     "fnorm_batchnorm_desc_set_engine": (_status, [_p, _enum]),
     "fnorm_batchnorm_desc_get_engine": (_status, [_p, ctypes.POINTER(_enum)]),
+    "fnorm_batchnorm_desc_set_comm": (_status, [_p, _p, ctypes.c_uint32]),
+    "fnorm_batchnorm_desc_get_comm": (_status, [_p, ctypes.POINTER(_p), ctypes.POINTER(ctypes.c_uint32)]),
     # (handle, bn, x_desc, bytes*)
     "fnorm_batchnorm_fwd_train_workspace_size": (_status, [_p, _p, _p, _sizep]),
     "fnorm_batchnorm_reserve_space_size": (_status, [_p, _p, _p, _sizep]),
@@ -77,10 +84,13 @@ class BatchNormDesc(_Owned):
 
     def __init__(self, epilogue: BnEpilogue = BnEpilogue.NONE, eps: float = 1e-5,
                  average: BnAverage = BnAverage.EXPONENTIAL, momentum: float = 0.1,
-                 engine: BnEngine = BnEngine.AUTO):
+                 engine: BnEngine = BnEngine.AUTO, comm: int | None = None, sync_flags: int = 0):
+        """comm: an ncclComm_t as an int (SyncBatchNorm), or None."""
         super().__init__(lib.fnorm_batchnorm_desc_create)
         check(lib.fnorm_batchnorm_desc_set(self.ptr, int(epilogue), float(eps), int(average), float(momentum)))
         check(lib.fnorm_batchnorm_desc_set_engine(self.ptr, int(engine)))
+        if comm:
+            check(lib.fnorm_batchnorm_desc_set_comm(self.ptr, comm, int(sync_flags)))
 
     def get(self):
         e, a = _enum(), _enum()
@@ -93,8 +103,21 @@ class BatchNormDesc(_Owned):
 
 
 @functools.lru_cache(maxsize=64)
-def _bn_desc(epilogue, eps, average, momentum, engine) -> BatchNormDesc:
-    return BatchNormDesc(epilogue, eps, average, momentum, engine)
+def _bn_desc(epilogue, eps, average, momentum, engine, comm=None, sync_flags=0) -> BatchNormDesc:
+    return BatchNormDesc(epilogue, eps, average, momentum, engine, comm, sync_flags)
+
+
+def _bn_x_desc(x):
+    """x's descriptor; a SyncBatchNorm rank without samples (x.shape[0] == 0)
+    describes [1, C, ...] with x's strides (the library reads only C and the
+    layout then)."""
+    if x.shape[0] == 0:
+        return _tensor_desc(_dtype_of(x, "x"), (1,) + tuple(x.shape[1:]), tuple(x.stride()))
+    return _desc_of(x, "x")
+
+
+def _ptr_or_empty(t):
+    return None if t is None or t.numel() == 0 else t.data_ptr()
 
 
 def _size_query(fn, handle, desc, x_desc) -> int:
@@ -114,6 +137,8 @@ class BnSaved:
     engine: BnEngine
     y: object = None     # the CUDNN engine's ReLU backward reads y
     bias: object = None
+    comm: int | None = None
+    sync_flags: int = 0
 
 
 def _vec(t, name, c, device):
@@ -134,9 +159,10 @@ def _check_like(t, name, x):
 def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=None,
                      num_batches_tracked=None, momentum: float | None = 0.1, eps: float = 1e-5,
                      epilogue: BnEpilogue = BnEpilogue.NONE, z=None, engine: BnEngine = BnEngine.AUTO,
-                     out=None):
+                     out=None, comm: int | None = None, sync_flags: int = 0):
     """Training forward. momentum=None: cumulative average (needs
-    num_batches_tracked, an int64 CUDA tensor of one element). Returns
+    num_batches_tracked, an int64 CUDA tensor of one element). comm: an
+    ncclComm_t (int) for SyncBatchNorm; x may then have 0 samples. Returns
     (y, BnSaved)."""
     import torch
     if not x.is_cuda:
@@ -144,10 +170,10 @@ def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=N
     c = x.shape[1]
     average = BnAverage.CUMULATIVE if momentum is None else BnAverage.EXPONENTIAL
     desc = _bn_desc(int(epilogue), float(eps), int(average), 0.0 if momentum is None else float(momentum),
-                    int(engine))
+                    int(engine), comm, int(sync_flags))
     handle = _handle_for(x.device.index)
     stream = torch.cuda.current_stream(x.device)
-    x_desc = _desc_of(x, "x")
+    x_desc = _bn_x_desc(x)
     y = out if out is not None else torch.empty_like(x)
     _check_like(y, "out", x)
     _check_like(z, "z", x)
@@ -160,12 +186,12 @@ def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=N
     ws = _workspace(ws_bytes, x.device, None)
     reserve = torch.empty(rs_bytes, dtype=torch.uint8, device=x.device) if rs_bytes else None
     check(lib.fnorm_batchnorm_fwd_train(
-        handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr(x), _ptr(z), _ptr(weight), _ptr(bias),
-        _ptr(running_mean), _ptr(running_var), _ptr(num_batches_tracked), x_desc.ptr if y is x else _desc_of(y, "out").ptr,
-        _ptr(y), _ptr(saved_mean), _ptr(saved_invstd), _ptr(ws), ws_bytes, _ptr(reserve), rs_bytes))
+        handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr_or_empty(x), _ptr_or_empty(z), _ptr(weight),
+        _ptr(bias), _ptr(running_mean), _ptr(running_var), _ptr(num_batches_tracked), x_desc.ptr,
+        _ptr_or_empty(y), _ptr(saved_mean), _ptr(saved_invstd), _ptr(ws), ws_bytes, _ptr(reserve), rs_bytes))
     keep_y = y if (engine == BnEngine.CUDNN and epilogue != BnEpilogue.NONE) else None
     return y, BnSaved(saved_mean, saved_invstd, reserve, BnEpilogue(epilogue), float(eps), BnEngine(engine),
-                      keep_y, bias if keep_y is not None else None)
+                      keep_y, bias if keep_y is not None else None, comm, int(sync_flags))
 
 
 def batch_norm_infer(x, running_mean, running_var, weight=None, bias=None, eps: float = 1e-5,
@@ -197,10 +223,11 @@ def batch_norm_backward(dy, x, weight, saved: BnSaved, want_dz: bool | None = No
     not False)."""
     import torch
     c = x.shape[1]
-    desc = _bn_desc(int(saved.epilogue), float(saved.eps), int(BnAverage.EXPONENTIAL), 0.1, int(saved.engine))
+    desc = _bn_desc(int(saved.epilogue), float(saved.eps), int(BnAverage.EXPONENTIAL), 0.1, int(saved.engine),
+                    saved.comm, saved.sync_flags)
     handle = _handle_for(x.device.index)
     stream = torch.cuda.current_stream(x.device)
-    x_desc = _desc_of(x, "x")
+    x_desc = _bn_x_desc(x)
     _check_like(dy, "dy", x)
     dx = dx_out if dx_out is not None else torch.empty_like(x)
     if want_dz is None:
@@ -212,8 +239,8 @@ def batch_norm_backward(dy, x, weight, saved: BnSaved, want_dz: bool | None = No
     ws = _workspace(ws_bytes, x.device, None)
     rs = saved.reserve
     check(lib.fnorm_batchnorm_bwd(
-        handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr(x), _desc_of(dy, "dy").ptr, _ptr(dy),
+        handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr_or_empty(x), x_desc.ptr, _ptr_or_empty(dy),
         _ptr(saved.y), _ptr(weight), _ptr(saved.bias), _ptr(saved.mean), _ptr(saved.invstd), _ptr(rs),
-        rs.numel() if rs is not None else 0, _desc_of(dx, "dx").ptr, _ptr(dx), _ptr(dz), _ptr(dgamma),
+        rs.numel() if rs is not None else 0, x_desc.ptr, _ptr_or_empty(dx), _ptr_or_empty(dz), _ptr(dgamma),
         _ptr(dbeta), _ptr(ws), ws_bytes))
     return dx, dgamma, dbeta, dz
