@@ -61,10 +61,11 @@ def worker(rank, world, queue, port, results):
     uid = UniqueId()
     if rank == 0:
         lib.ncclGetUniqueId(ctypes.byref(uid))
+        raw = ctypes.string_at(ctypes.addressof(uid), 128)  # all 128 bytes (.internal stops at a NUL)
         for _ in range(world - 1):
-            queue.put(bytes(uid.internal))
+            queue.put(raw)
     else:
-        ctypes.memmove(uid.internal, queue.get(timeout=120), 128)
+        ctypes.memmove(ctypes.addressof(uid), queue.get(timeout=120), 128)
     comm_p = ctypes.c_void_p()
     assert lib.ncclCommInitRank(ctypes.byref(comm_p), world, uid, rank) == 0
     comm = comm_p.value

@@ -146,10 +146,11 @@ def worker(rank, world, queue, port, results):
         uid = UniqueId()
         if rank == 0:
             assert lib.ncclGetUniqueId(ctypes.byref(uid)) == 0
+            raw = ctypes.string_at(ctypes.addressof(uid), 128)  # all 128 bytes (.internal stops at a NUL)
             for _ in range(world - 1):
-                queue.put(bytes(uid.internal))
+                queue.put(raw)
         else:
-            ctypes.memmove(uid.internal, queue.get(timeout=120), 128)
+            ctypes.memmove(ctypes.addressof(uid), queue.get(timeout=120), 128)
         comm_p = ctypes.c_void_p()
         r = lib.ncclCommInitRank(ctypes.byref(comm_p), world, uid, rank)
         assert r == 0, lib.ncclGetErrorString(r)
@@ -166,6 +167,7 @@ def worker(rank, world, queue, port, results):
                     for epi in ("none", "add_relu"):
                         cases += 1
                         name = f"{layout} {str(dtype)[6:]} {counts_name} {epi}"
+                        print(f"rank {rank}: {name}", flush=True)
                         run_case(fn, comm, ck, rank, world, name, counts, 24, [9, 7], dtype, layout, epi,
                                  seed + cases)
         # Numerics: mean 1e4, std 1, fp32.
@@ -235,9 +237,25 @@ def main() -> int:
     procs = [ctx.Process(target=worker, args=(r, world, queue, port, results)) for r in range(world)]
     for p in procs:
         p.start()
-    got = [results.get(timeout=600) for _ in range(world)]
+    # Report each rank as it finishes; a rank that raised ends the run at once
+    # (the others would wait in a collective for it forever).
+    import queue as queue_mod
+    got = []
+    deadline = float(os.environ.get("FNORM_TEST_TIMEOUT", "600"))
+    try:
+        while len(got) < world:
+            item = results.get(timeout=deadline)
+            got.append(item)
+            if item[4]:
+                print(f"rank {item[0]} raised:\n{item[4]}", flush=True)
+                break
+    except queue_mod.Empty:
+        print(f"FAIL: no result from {world - len(got)} rank(s) within {deadline:.0f} s", flush=True)
+        got.append((-1, 0, 0, 1, "timeout"))
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=5 if len(got) < world else 60)
+        if p.is_alive():
+            p.terminate()
     failed = 0
     for rank, cases, checks, nfail, tb in sorted(got):
         print(f"rank {rank}: {cases} cases, {checks} checks, {nfail} failed")
