@@ -28,10 +28,14 @@ def main() -> int:
             print(f"merge_results: {part} is from {extra.get('gpu')}, not {result['gpu']}", file=sys.stderr)
             return 1
         result["rows"] += extra.get("rows", [])
+        result.setdefault("sources", []).append(
+            {"file": os.path.basename(part), "copy_gbps": extra.get("copy_gbps"), "note": extra.get("note")})
         result.setdefault("errors", []).extend(extra.get("errors", []))
         if os.path.exists(part[:-5] + ".md"):
             with open(part[:-5] + ".md") as f:
-                md += "\n" + f.read()
+                md += "\n" + f.read().rstrip() + "\n"
+            if extra.get("note"):
+                md += f"\n_{extra['note']}_\n"
     if not result.get("errors"):
         result.pop("errors", None)
     with open(mains[0], "w") as f:
