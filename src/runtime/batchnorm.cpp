@@ -391,6 +391,18 @@ BnCall prepare(BnPass pass, fnorm_handle *handle, const fnorm_batchnorm_desc *bn
   return c;
 }
 
+// One size query: the workspace of `pass`, or (reserve) the reserve space.
+fnorm_status_t size_query(const char *func, BnPass pass, bool reserve, fnorm_handle *handle,
+                          const fnorm_batchnorm_desc *bn, const fnorm_tensor_desc *x_desc,
+                          size_t *out) noexcept {
+  return api_guard(func, [&] {
+    BnCall c = prepare(pass, handle, bn, x_desc);
+    FNORM_REQUIRE(out != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL",
+                  reserve ? "reserve_bytes" : "workspace_bytes");
+    *out = reserve ? reserve_for(handle, c) : workspace_for(handle, c);
+  });
+}
+
 }  // namespace
 
 void bn_check_desc(const fnorm_batchnorm_desc *bn) {
@@ -551,44 +563,28 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train_workspace_size(fnorm_handle_t
                                                                   fnorm_batchnorm_desc_t bn,
                                                                   fnorm_tensor_desc_t x_desc,
                                                                   size_t *workspace_bytes) {
-  return fnorm::api_guard(__func__, [&] {
-    BnCall c = fnorm::prepare(BnPass::FwdTrain, handle, bn, x_desc);
-    FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    *workspace_bytes = fnorm::workspace_for(handle, c);
-  });
+  return fnorm::size_query(__func__, BnPass::FwdTrain, false, handle, bn, x_desc, workspace_bytes);
 }
 
 FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer_workspace_size(fnorm_handle_t handle,
                                                                   fnorm_batchnorm_desc_t bn,
                                                                   fnorm_tensor_desc_t x_desc,
                                                                   size_t *workspace_bytes) {
-  return fnorm::api_guard(__func__, [&] {
-    BnCall c = fnorm::prepare(BnPass::FwdInfer, handle, bn, x_desc);
-    FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    *workspace_bytes = fnorm::workspace_for(handle, c);
-  });
+  return fnorm::size_query(__func__, BnPass::FwdInfer, false, handle, bn, x_desc, workspace_bytes);
 }
 
 FNORM_API fnorm_status_t fnorm_batchnorm_bwd_workspace_size(fnorm_handle_t handle,
                                                             fnorm_batchnorm_desc_t bn,
                                                             fnorm_tensor_desc_t x_desc,
                                                             size_t *workspace_bytes) {
-  return fnorm::api_guard(__func__, [&] {
-    BnCall c = fnorm::prepare(BnPass::Bwd, handle, bn, x_desc);
-    FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    *workspace_bytes = fnorm::workspace_for(handle, c);
-  });
+  return fnorm::size_query(__func__, BnPass::Bwd, false, handle, bn, x_desc, workspace_bytes);
 }
 
 FNORM_API fnorm_status_t fnorm_batchnorm_reserve_space_size(fnorm_handle_t handle,
                                                             fnorm_batchnorm_desc_t bn,
                                                             fnorm_tensor_desc_t x_desc,
                                                             size_t *reserve_bytes) {
-  return fnorm::api_guard(__func__, [&] {
-    BnCall c = fnorm::prepare(BnPass::FwdTrain, handle, bn, x_desc);
-    FNORM_REQUIRE_NOT_NULL(reserve_bytes);
-    *reserve_bytes = fnorm::reserve_for(handle, c);
-  });
+  return fnorm::size_query(__func__, BnPass::FwdTrain, true, handle, bn, x_desc, reserve_bytes);
 }
 
 FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "dtype_io.hpp"
 #include "fusednorm.h"
 #include "gpu_util.hpp"
 #include "halfbits.hpp"
@@ -43,20 +44,7 @@ using namespace fnorm_test;
 
 namespace {
 
-#define CUDA_OK(call)                                                                       \
-  do {                                                                                      \
-    const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
-                   __LINE__, #call);                                                        \
-      std::exit(99);                                                                        \
-    }                                                                                       \
-  } while (0)
 
-size_t esize(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
-const char *dtype_str(fnorm_dtype_t t) {
-  return t == FNORM_DTYPE_FLOAT32 ? "fp32" : t == FNORM_DTYPE_FLOAT16 ? "fp16" : "bf16";
-}
 Tolerance tol_for(fnorm_dtype_t t) {
   switch (t) {
     case FNORM_DTYPE_FLOAT32: return {2e-5, 2e-5};
@@ -65,25 +53,7 @@ Tolerance tol_for(fnorm_dtype_t t) {
   }
 }
 
-double load_host(const unsigned char *base, fnorm_dtype_t t, int64_t i) {
-  if (t == FNORM_DTYPE_FLOAT32) {
-    float f;
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == FNORM_DTYPE_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
-}
 
-void store_host(unsigned char *base, fnorm_dtype_t t, int64_t i, float v) {
-  if (t == FNORM_DTYPE_FLOAT32) {
-    std::memcpy(base + 4 * i, &v, 4);
-  } else {
-    const uint16_t h = t == FNORM_DTYPE_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
-    std::memcpy(base + 2 * i, &h, 2);
-  }
-}
 
 struct Buf {
   void *p = nullptr;
@@ -219,7 +189,7 @@ void run_case(Ctx &ctx, const Case &k) {
   for (size_t i = 2; i < k.dims.size(); ++i) S *= k.dims[i];
   const Layout L{N, C, S, k.channels_last};
   const int64_t E = L.elements();
-  const size_t es = esize(k.dtype), off = k.offset * es, bytes = E * es + off;
+  const size_t es = elem_size(k.dtype), off = k.offset * es, bytes = E * es + off;
   const Tolerance tol = tol_for(k.dtype);
   const bool relu = k.epilogue != FNORM_BN_EPILOGUE_NONE, add = k.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "dtype_io.hpp"
 #include "fusednorm.h"
 #include "gpu_util.hpp"
 #include "halfbits.hpp"
@@ -42,20 +43,7 @@ using namespace fnorm_test;
 
 namespace {
 
-#define CUDA_OK(call)                                                                       \
-  do {                                                                                      \
-    const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
-                   __LINE__, #call);                                                        \
-      std::exit(99);                                                                        \
-    }                                                                                       \
-  } while (0)
 
-size_t elem_size(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
-const char *dtype_str(fnorm_dtype_t t) {
-  return t == FNORM_DTYPE_FLOAT32 ? "fp32" : t == FNORM_DTYPE_FLOAT16 ? "fp16" : "bf16";
-}
 
 Tolerance tol_for(fnorm_dtype_t t) {
   switch (t) {
@@ -65,16 +53,6 @@ Tolerance tol_for(fnorm_dtype_t t) {
   }
 }
 
-double load_host(const unsigned char *base, fnorm_dtype_t t, int64_t i) {
-  if (t == FNORM_DTYPE_FLOAT32) {
-    float f;
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == FNORM_DTYPE_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
-}
 
 struct DeviceBuffer {
   void *p = nullptr;

@@ -7,36 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "api_check.hpp"
 #include "check.hpp"
 #include "fusednorm.h"
 #include "internal.hpp"
 
+using namespace fnorm_test;
+
 namespace {
 
-std::string last_error() {
-  const size_t n = fnorm_get_last_error_message(nullptr, 0);
-  std::string s(n + 1, '\0');
-  fnorm_get_last_error_message(&s[0], s.size());
-  s.resize(n);
-  return s;
-}
 
-bool last_error_mentions(const char *needle) {
-  const std::string e = last_error();
-  const bool ok = e.find(needle) != std::string::npos;
-  if (!ok) std::fprintf(stderr, "  last error was: %s\n  expected it to mention: %s\n", e.c_str(), needle);
-  return ok;
-}
 
-struct Desc {
-  fnorm_tensor_desc_t d = nullptr;
-  Desc() { fnorm_tensor_desc_create(&d); }
-  ~Desc() { fnorm_tensor_desc_destroy(d); }
-  fnorm_status_t set(fnorm_dtype_t t, std::vector<int64_t> dims, std::vector<int64_t> strides = {}) {
-    return fnorm_tensor_desc_set(d, t, static_cast<int32_t>(dims.size()), dims.data(),
-                                 strides.empty() ? nullptr : strides.data());
-  }
-};
 
 struct Norm {
   fnorm_norm_desc_t d = nullptr;

@@ -48,7 +48,9 @@
 #include <thread>
 #include <vector>
 
+#include "api_check.hpp"
 #include "check.hpp"
+#include "dtype_io.hpp"
 #include "fusednorm.h"
 #include "halfbits.hpp"
 
@@ -56,21 +58,10 @@ using namespace fnorm_test;
 
 namespace {
 
-#define CUDA_OK(call)                                                                                       \
-  do {                                                                                                      \
-    const cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                                \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, #call); \
-      std::exit(99);                                                                                        \
-    }                                                                                                       \
-  } while (0)
+// CUDA_OK, elem_size, dtype_str, load_host / store_host: tests/common/dtype_io.hpp
 
 constexpr int kGuard = 64;  // poisoned elements after every output
 
-size_t esize(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
-const char *dtype_str(fnorm_dtype_t t) {
-  return t == FNORM_DTYPE_FLOAT32 ? "fp32" : t == FNORM_DTYPE_FLOAT16 ? "fp16" : "bf16";
-}
 const char *epi_str(fnorm_linear_epilogue_t e) {
   static const char *names[] = {"none", "bias", "bias_relu", "bias_gelu"};
   return names[e];
@@ -88,24 +79,9 @@ double round_to(fnorm_dtype_t t, double v) {
   return bf16_to_float(float_to_bf16(f));
 }
 void store(fnorm_dtype_t t, unsigned char *base, int64_t i, double v) {
-  const float f = static_cast<float>(v);
-  if (t == FNORM_DTYPE_FLOAT32) {
-    std::memcpy(base + 4 * i, &f, 4);
-  } else {
-    const uint16_t h = t == FNORM_DTYPE_FLOAT16 ? float_to_half(f) : float_to_bf16(f);
-    std::memcpy(base + 2 * i, &h, 2);
-  }
+  fnorm_test::store_host(base, t, i, static_cast<float>(v));
 }
-double load(fnorm_dtype_t t, const unsigned char *base, int64_t i) {
-  if (t == FNORM_DTYPE_FLOAT32) {
-    float f;
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == FNORM_DTYPE_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
-}
+double load(fnorm_dtype_t t, const unsigned char *base, int64_t i) { return fnorm_test::load_host(base, t, i); }
 
 // A row-major matrix in a device buffer: `offset` elements in, row stride
 // ld, then kGuard guard elements. Host copy of its logical values.
@@ -115,11 +91,11 @@ struct DevMatrix {
   void *base = nullptr;
   std::vector<double> v;  // rows x cols, packed
   size_t span_elems() const { return static_cast<size_t>(offset + (rows - 1) * ld + cols + kGuard); }
-  void *ptr() const { return static_cast<unsigned char *>(base) + offset * esize(dtype); }
+  void *ptr() const { return static_cast<unsigned char *>(base) + offset * fnorm_test::elem_size(dtype); }
   DevMatrix() = default;
   DevMatrix(fnorm_dtype_t t, int64_t r, int64_t c, int64_t ld_, int64_t off) : dtype(t), rows(r), cols(c), ld(ld_), offset(off) {
-    CUDA_OK(cudaMalloc(&base, span_elems() * esize(t)));
-    CUDA_OK(cudaMemset(base, 0xff, span_elems() * esize(t)));  // NaN in every dtype
+    CUDA_OK(cudaMalloc(&base, span_elems() * fnorm_test::elem_size(t)));
+    CUDA_OK(cudaMemset(base, 0xff, span_elems() * fnorm_test::elem_size(t)));  // NaN in every dtype
     v.assign(static_cast<size_t>(r * c), 0.0);
   }
   DevMatrix(const DevMatrix &) = delete;
@@ -136,7 +112,7 @@ struct DevMatrix {
   // Random values rounded to the dtype; padding and guards stay NaN.
   void fill(std::mt19937_64 &rng, double lo, double hi) {
     std::uniform_real_distribution<double> d(lo, hi);
-    std::vector<unsigned char> h(span_elems() * esize(dtype), 0xff);
+    std::vector<unsigned char> h(span_elems() * fnorm_test::elem_size(dtype), 0xff);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         at(r, c) = round_to(dtype, d(rng));
@@ -157,7 +133,7 @@ struct DevMatrix {
     return same;
   }
   bool read(bool check_padding = true) {
-    std::vector<unsigned char> h(span_elems() * esize(dtype));
+    std::vector<unsigned char> h(span_elems() * fnorm_test::elem_size(dtype));
     CUDA_OK(cudaMemcpy(h.data(), base, h.size(), cudaMemcpyDeviceToHost));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) at(r, c) = load(dtype, h.data(), offset + r * ld + c);
@@ -172,14 +148,10 @@ struct DevMatrix {
   }
 };
 
-struct Desc {
-  fnorm_tensor_desc_t d = nullptr;
-  Desc() { fnorm_tensor_desc_create(&d); }
-  ~Desc() { fnorm_tensor_desc_destroy(d); }
-  Desc(const Desc &) = delete;
-  Desc &operator=(const Desc &) = delete;
+// A descriptor whose set() must succeed (the test's shapes are valid).
+struct Desc : fnorm_test::Desc {
   void set(fnorm_dtype_t t, std::vector<int64_t> dims, std::vector<int64_t> strides) {
-    const fnorm_status_t st = fnorm_tensor_desc_set(d, t, static_cast<int32_t>(dims.size()), dims.data(), strides.data());
+    const fnorm_status_t st = fnorm_test::Desc::set(t, std::move(dims), std::move(strides));
     if (st != FNORM_STATUS_SUCCESS) {
       std::fprintf(stderr, "tensor_desc_set failed (%d)\n", st);
       std::exit(99);
@@ -215,7 +187,7 @@ struct Case {
   bool unfused = false;   // the FNORM_LINEAR_UNFUSED handle
   std::string str() const {
     char b[200];
-    std::snprintf(b, sizeof b, "%s %s %s m=%lld n=%lld k=%lld%s%s%s%s%s", dtype_str(dtype),
+    std::snprintf(b, sizeof b, "%s %s %s m=%lld n=%lld k=%lld%s%s%s%s%s", fnorm_test::dtype_str(dtype),
                   layout == FNORM_LINEAR_WEIGHT_KN ? "kn" : "nk", epi_str(epi), static_cast<long long>(m),
                   static_cast<long long>(n), static_cast<long long>(k), misalign ? " misaligned" : "",
                   pad ? " padded" : "", rank3 ? " rank3" : "", tf32 ? " tf32" : "", unfused ? " unfused" : "");
@@ -365,7 +337,7 @@ void run_case(Ctx &ctx, const Case &c) {
   if (act) {
     std::vector<unsigned char> ha(aux_bytes + kAuxGuard);
     CUDA_OK(cudaMemcpy(ha.data(), aux.p, ha.size(), cudaMemcpyDeviceToHost));
-    const size_t tight = static_cast<size_t>(c.m) * (gelu_act ? (c.n + 7) / 8 * 8 * esize(t) : (c.n + 127) / 128 * 16);
+    const size_t tight = static_cast<size_t>(c.m) * (gelu_act ? (c.n + 7) / 8 * 8 * fnorm_test::elem_size(t) : (c.n + 127) / 128 * 16);
     long last = -1;
     for (size_t i = tight; i < ha.size(); ++i)
       if (ha[i] != 0xa5) last = static_cast<long>(i - tight);
@@ -411,7 +383,7 @@ void run_case(Ctx &ctx, const Case &c) {
       }
       dz[e] = g;
     }
-  CUDA_OK(cudaMemset(dx.base, 0xff, dx.span_elems() * esize(t)));
+  CUDA_OK(cudaMemset(dx.base, 0xff, dx.span_elems() * fnorm_test::elem_size(t)));
   st = fnorm_linear_bwd(h, nullptr, desc, xd.d, x.ptr(), wd.d, w.ptr(), dyd.d, dy.ptr(), act ? aux.p : nullptr,
                         act ? aux_bytes : 0, nullptr, nullptr, 0, dxd.d, dx.ptr(), dw.ptr(),
                         has_bias ? db.ptr() : nullptr, nullptr, wsp, bws_bytes);
@@ -630,7 +602,7 @@ int main() {
           run_case(ctx, c);
         }
       }
-    std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
+    std::printf("%s: %s\n", fnorm_test::dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
   }
   run_threads(ctx);
   std::printf("aux: the forward wrote at most %ld bytes past m rows (all within the size asked for unless FAILs say so)\n",
