@@ -217,11 +217,44 @@ void test_launch_validation() {
   CHECK(mentions("'gamma'"));
 }
 
+// SyncBatchNorm paths that need no NCCL call: the descriptor's communicator
+// and flags, the workspace room for the all-reduced triples, and the CUDNN
+// engine's refusal. (Launches query the communicator's device, so they are
+// tested on GPUs: tests/gpu/test_syncbn.py.)
+void test_sync_desc() {
+  fnorm_handle *h = fake_handle();
+  Bn bn;
+  Desc x;
+  x.set(FNORM_DTYPE_FLOAT16, {4, 48, 5, 5});
+  size_t plain = 0, synced = 0, infer_plain = 0, infer_synced = 0;
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &plain), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_infer_workspace_size(h, bn.d, x.d, &infer_plain), FNORM_STATUS_SUCCESS);
+  struct ncclComm *fake = reinterpret_cast<struct ncclComm *>(uintptr_t{0x1000});
+  CHECK_STATUS(fnorm_batchnorm_desc_set_comm(bn.d, fake, 2), FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("flags"));
+  CHECK_STATUS(fnorm_batchnorm_desc_set_comm(bn.d, fake, FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS), FNORM_STATUS_SUCCESS);
+  struct ncclComm *got = nullptr;
+  uint32_t flags = 0;
+  CHECK_STATUS(fnorm_batchnorm_desc_get_comm(bn.d, &got, &flags), FNORM_STATUS_SUCCESS);
+  CHECK(got == fake && flags == FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &synced), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(synced, plain + (48 * 3 * 8 + 255) / 256 * 256);  // the per-channel triples, in double
+  CHECK_STATUS(fnorm_batchnorm_fwd_infer_workspace_size(h, bn.d, x.d, &infer_synced), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(infer_synced, infer_plain);  // inference is local
+  CHECK_STATUS(fnorm_batchnorm_desc_set_engine(bn.d, FNORM_BN_ENGINE_CUDNN), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &synced), FNORM_STATUS_NOT_SUPPORTED);
+  CHECK(mentions("NATIVE"));
+  CHECK_STATUS(fnorm_batchnorm_desc_set_comm(bn.d, nullptr, 0), FNORM_STATUS_SUCCESS);  // detach
+  CHECK_STATUS(fnorm_batchnorm_desc_get_comm(bn.d, &got, nullptr), FNORM_STATUS_SUCCESS);
+  CHECK(got == nullptr);
+}
+
 }  // namespace
 
 int main() {
   test_desc();
   test_layouts_and_sizes();
   test_launch_validation();
+  test_sync_desc();
   return fnorm_test::finish("host batchnorm api");
 }

@@ -152,8 +152,15 @@ def _vec(t, name, c, device):
 
 
 def _check_like(t, name, x):
-    if t is not None and (t.shape != x.shape or t.dtype != x.dtype or t.stride() != x.stride()):
-        raise ValueError(f"{name} must have x's dtype, shape and strides")
+    """t is described by x's descriptor: same dtype, shape and strides. Empty
+    tensors (a SyncBatchNorm rank without samples) are never read, and
+    torch.empty_like gives an empty channels-last tensor contiguous strides:
+    only their shape and dtype must match."""
+    if t is None:
+        return
+    if t.shape != x.shape or t.dtype != x.dtype or (x.numel() > 0 and t.stride() != x.stride()):
+        raise ValueError(f"{name} must have x's dtype, shape and strides "
+                         f"(x: {x.dtype} {tuple(x.shape)} {x.stride()}; {name}: {t.dtype} {tuple(t.shape)} {t.stride()})")
 
 
 def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=None,
