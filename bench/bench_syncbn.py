@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
-SHAPE = [64, 256, 56, 56]
+SHAPE = [64, 256, 56, 56]  # per rank; --batch changes N (issue 7's scaling runs use 32)
 
 
 def timed(fn, iters=20, windows=7):
@@ -53,7 +53,8 @@ def timed(fn, iters=20, windows=7):
     return statistics.median(ts)
 
 
-def worker(rank, world, queue, port, results):
+def worker(rank, world, queue, port, results, batch):
+    SHAPE[0] = batch  # a spawned process starts from the module's default
     torch.cuda.set_device(rank)
     import fusednorm as fn
     from test_syncbn import UniqueId, nccl
@@ -113,7 +114,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--world", type=int, default=torch.cuda.device_count())
+    ap.add_argument("--batch", type=int, default=SHAPE[0], help="samples per rank")
+    ap.add_argument("--tag", default="", help="suffix of the output files (rows_syncbn<tag>.json)")
     args = ap.parse_args()
+    SHAPE[0] = args.batch
     if args.world < 2:
         print("SKIP: fewer than 2 GPUs")
         return 0
@@ -122,7 +126,7 @@ def main():
         port = sk.getsockname()[1]
     ctx = mp.get_context("spawn")
     q, res = ctx.Queue(), ctx.Queue()
-    ps = [ctx.Process(target=worker, args=(r, args.world, q, port, res)) for r in range(args.world)]
+    ps = [ctx.Process(target=worker, args=(r, args.world, q, port, res, args.batch)) for r in range(args.world)]
     for p in ps:
         p.start()
     got = sorted(res.get(timeout=900) for _ in range(args.world))
@@ -139,7 +143,7 @@ def main():
     name = torch.cuda.get_device_name(0)
     gpu = "h200" if "H200" in name else "h100" if "H100" in name else "gpu"
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "rows_syncbn.json"), "w") as f:
+    with open(os.path.join(args.out, f"rows_syncbn{args.tag}.json"), "w") as f:
         json.dump({"gpu": gpu, "rows": [row]}, f, indent=1)
     md = (f"## SyncBatchNorm ({args.world} x {name})\n\nPer rank {SHAPE} fp16 NHWC, BN + add + ReLU, forward + "
           "backward; µs per step (rank 0). overhead = ours / (single-GPU + collectives alone).\n\n"
@@ -147,7 +151,7 @@ def main():
           "|---|---|---|---|---|---|---|\n"
           f"| {args.world} | {ours:.1f} | {single:.1f} | {coll:.1f} | {row['overhead_ratio']:.3f} | {tt:.1f} | "
           f"{row['vs_torch']:.2f}x |\n")
-    with open(os.path.join(args.out, "rows_syncbn.md"), "w") as f:
+    with open(os.path.join(args.out, f"rows_syncbn{args.tag}.md"), "w") as f:
         f.write(md)
     print(md)
     return 0
