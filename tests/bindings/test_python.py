@@ -163,6 +163,27 @@ class Host(unittest.TestCase):
         z = fn.NormDesc(fn.NormMode.RMSNORM, -1, 1e-6, fn.NormFlag.ZERO_CENTERED_GAMMA)
         self.assertEqual(z.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
 
+    def test_batchnorm_desc_round_trip_and_errors(self):
+        self.assertEqual(header_enum("fnorm_bn_epilogue"), {e.name: e.value for e in fn.BnEpilogue})
+        self.assertEqual(header_enum("fnorm_bn_average"), {a.name: a.value for a in fn.BnAverage})
+        self.assertEqual(header_enum("fnorm_bn_engine"), {e.name: e.value for e in fn.BnEngine})
+        self.assertEqual(header_enum("fnorm_bn_sync_flag"), {f.name: f.value for f in fn.BnSyncFlag})
+        bn = fn.BatchNormDesc()
+        self.assertEqual(bn.get(), (fn.BnEpilogue.NONE, 1e-5, fn.BnAverage.EXPONENTIAL, 0.1, fn.BnEngine.AUTO))
+        bn = fn.BatchNormDesc(fn.BnEpilogue.ADD_RELU, 1e-3, fn.BnAverage.CUMULATIVE, 0.0, fn.BnEngine.CUDNN)
+        self.assertEqual(bn.get(), (fn.BnEpilogue.ADD_RELU, 1e-3, fn.BnAverage.CUMULATIVE, 0.0, fn.BnEngine.CUDNN))
+        for kwargs, word in (({"momentum": 2.0}, "momentum"), ({"eps": float("nan")}, "epsilon"),
+                             ({"epilogue": 9}, "epilogue"), ({"engine": 7}, "engine")):
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                with self.assertRaises(fn.FusedNormError) as cm:
+                    fn.BatchNormDesc(**kwargs)
+                self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+                self.assertIn(word, str(cm.exception))
+        with self.assertRaises(fn.FusedNormError) as cm:  # unknown sync flag bits (no NCCL call is made)
+            fn.BatchNormDesc(comm=0x1000, sync_flags=4)
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+        self.assertIn("flags", str(cm.exception))
+
     def test_null_handle_is_named(self):
         # Validation runs on the host before anything touches a device, so a
         # NULL handle is reported the same with or without a GPU.
