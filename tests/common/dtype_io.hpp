@@ -1,11 +1,13 @@
-// Host access to device-dtype buffers for the GPU tests: element sizes and
-// names, one element read as double / written from float (16-bit formats
-// rounded to nearest even, as the device does), and a CUDA call that must
-// succeed.
+// Helpers of the GPU tests: the skip when there is no GPU, a CUDA call that
+// must succeed, a device buffer that frees itself, element sizes and names,
+// and one element of a device-dtype buffer read as double / written from
+// float on the host (16-bit formats rounded to nearest even, as the device
+// does).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,29 @@
   } while (0)
 
 namespace fnorm_test {
+
+// True (after printing the SKIP line) when there is no usable CUDA device:
+// the test's main then returns 77.
+inline bool skip_without_gpu() {
+  int ndev = 0;
+  const cudaError_t err = cudaGetDeviceCount(&ndev);
+  if (err == cudaSuccess && ndev > 0) return false;
+  std::printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices); GPU tests need one\n",
+              cudaGetErrorString(err), ndev);
+  return true;
+}
+
+// cudaMalloc'd bytes (at least 16), freed with the object.
+struct DeviceBuffer {
+  void *p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n < 16 ? 16 : n) { CUDA_OK(cudaMalloc(&p, bytes)); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  unsigned char *at(size_t off) { return static_cast<unsigned char *>(p) + off; }
+  void poison() { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }  // NaN in every dtype
+};
 
 inline size_t elem_size(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
 

@@ -44,7 +44,6 @@ using namespace fnorm_test;
 
 namespace {
 
-
 Tolerance tol_for(fnorm_dtype_t t) {
   switch (t) {
     case FNORM_DTYPE_FLOAT32: return {2e-5, 2e-5};
@@ -52,19 +51,6 @@ Tolerance tol_for(fnorm_dtype_t t) {
     default: return {8e-3, 8e-3};
   }
 }
-
-
-
-struct Buf {
-  void *p = nullptr;
-  size_t bytes = 0;
-  explicit Buf(size_t n) : bytes(std::max<size_t>(n, 16)) { CUDA_OK(cudaMalloc(&p, bytes)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf &) = delete;
-  Buf &operator=(const Buf &) = delete;
-  unsigned char *at(size_t off) { return static_cast<unsigned char *>(p) + off; }
-  void poison() { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }
-};
 
 template <class T>
 std::vector<T> download(const void *d, size_t n) {
@@ -242,8 +228,8 @@ void run_case(Ctx &ctx, const Case &k) {
   });
 
   // Device buffers.
-  Buf bx(bytes), bz(bytes), by(bytes), bdy(bytes), bdx(bytes), bdz(bytes);
-  Buf vec(8 * C * sizeof(float) + 64), bws(std::max(ws_f, ws_b)), brs(rs), bnbt(8);
+  DeviceBuffer bx(bytes), bz(bytes), by(bytes), bdy(bytes), bdx(bytes), bdz(bytes);
+  DeviceBuffer vec(8 * C * sizeof(float) + 64), bws(std::max(ws_f, ws_b)), brs(rs), bnbt(8);
   CUDA_OK(cudaMemcpy(bx.p, hx.data(), bytes, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(bdy.p, hdy.data(), bytes, cudaMemcpyHostToDevice));
   if (add) CUDA_OK(cudaMemcpy(bz.p, hz.data(), bytes, cudaMemcpyHostToDevice));
@@ -406,7 +392,7 @@ void run_case(Ctx &ctx, const Case &k) {
   // Inference from the (updated) running statistics.
   if (k.running && !(k.engine == FNORM_BN_ENGINE_CUDNN && relu)) {
     if (!engine_takes(ctx, k, fnorm_batchnorm_fwd_infer_workspace_size(ctx.handle, bn, xd, &ws_i))) return;
-    Buf bwi(ws_i);
+    DeviceBuffer bwi(ws_i);
     by.poison();
     const fnorm_status_t st = fnorm_batchnorm_fwd_infer(ctx.handle, nullptr, bn, xd, xp, zp, gp, bp, rm_d,
                                                         rv_d, xd, yp, bwi.p, ws_i);
@@ -454,7 +440,7 @@ void run_huge_case(Ctx &ctx) {
   CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(ctx.handle, bn, xd, &wsf), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(ctx.handle, bn, xd, &wsb), FNORM_STATUS_SUCCESS);
   {
-    Buf bx(E * 4), by(E * 4), vec(8 * C * 4), ws(std::max(wsf, wsb));
+    DeviceBuffer bx(E * 4), by(E * 4), vec(8 * C * 4), ws(std::max(wsf, wsb));
     // x: channel-dependent values (fill's per-"row" shift, rows of S elements).
     CUDA_OK(fill_uniform(FNORM_DTYPE_FLOAT32, bx.p, E, ctx.seed, -1.f, 1.f, S, 3.f, nullptr));
     by.poison();
@@ -561,13 +547,7 @@ void run_huge_case(Ctx &ctx) {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  const cudaError_t derr = cudaGetDeviceCount(&ndev);
-  if (derr != cudaSuccess || ndev == 0) {
-    std::printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices); GPU tests need one\n",
-                cudaGetErrorString(derr), ndev);
-    return 77;
-  }
+  if (skip_without_gpu()) return 77;
   Ctx ctx;
   const char *env_seed = std::getenv("FNORM_TEST_SEED");
   ctx.seed = env_seed ? std::strtoull(env_seed, nullptr, 0)

@@ -43,8 +43,6 @@ using namespace fnorm_test;
 
 namespace {
 
-
-
 Tolerance tol_for(fnorm_dtype_t t) {
   switch (t) {
     case FNORM_DTYPE_FLOAT32: return {5e-5, 5e-5};
@@ -52,17 +50,6 @@ Tolerance tol_for(fnorm_dtype_t t) {
     default: return {8e-3, 8e-3};
   }
 }
-
-
-struct DeviceBuffer {
-  void *p = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) { CUDA_OK(cudaMalloc(&p, n)); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  unsigned char *at(size_t off) { return static_cast<unsigned char *>(p) + off; }
-};
 
 std::vector<unsigned char> to_host(const void *d, size_t bytes) {
   std::vector<unsigned char> h(bytes);
@@ -540,13 +527,7 @@ void run_huge_case(Ctx &ctx, fnorm_dtype_t dtype, int64_t cols) {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  const cudaError_t derr = cudaGetDeviceCount(&ndev);
-  if (derr != cudaSuccess || ndev == 0) {
-    std::printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices); GPU tests need one\n",
-                cudaGetErrorString(derr), ndev);
-    return 77;
-  }
+  if (skip_without_gpu()) return 77;
   Ctx ctx;
   const char *env_seed = std::getenv("FNORM_TEST_SEED");
   ctx.seed = env_seed ? std::strtoull(env_seed, nullptr, 0)

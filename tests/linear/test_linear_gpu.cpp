@@ -526,13 +526,7 @@ void run_threads(Ctx &ctx) {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  const cudaError_t derr = cudaGetDeviceCount(&ndev);
-  if (derr != cudaSuccess || ndev == 0) {
-    std::printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices); GPU tests need one\n",
-                cudaGetErrorString(derr), ndev);
-    return 77;
-  }
+  if (skip_without_gpu()) return 77;
   fnorm_linear_desc_t probe = nullptr;
   if (fnorm_linear_desc_create(&probe) == FNORM_STATUS_NOT_SUPPORTED_BUILD) {
     std::printf("SKIP: this build has no cuBLASLt (fnorm_linear_* return NOT_SUPPORTED_BUILD)\n");
