@@ -30,24 +30,12 @@ import os
 import sys
 import time
 
-try:
-    import torch
-    import torch.nn.functional as F
-except Exception as e:  # noqa: BLE001 - any import failure means: no PyTorch here
-    print(f"SKIP: PyTorch is not importable ({type(e).__name__}: {e})")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: torch.cuda.is_available() is False (no GPU or no driver)")
-    sys.exit(77)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
-try:
-    import fusednorm as fn
-    from fusednorm import linear as fl
-except (OSError, AttributeError) as e:
-    print(f"ERROR: cannot load libfusednorm (set FNORM_LIB): {e}")
-    sys.exit(99)
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+from torch_prologue import load  # noqa: E402
+
+torch, F, fn = load(ROOT)
+from fusednorm import linear as fl  # noqa: E402
 try:
     fl.LinearDesc()
 except fn.FusedNormError as e:
