@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace fnorm {
 namespace {
@@ -380,6 +381,36 @@ void check_reserve(fnorm_handle *h, const BnCall &c) {
                 "argument 'reserve' (%p) is not 16-byte aligned", c.reserve);
 }
 
+// Checks shared by the launches.
+void require_training_count(const BnCall &c) {
+  // (SyncBatchNorm: the count that matters is the global one, which the host
+  // does not see.)
+  FNORM_REQUIRE(c.desc->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
+                "argument 'x_desc': training needs more than one value per channel (N * "
+                "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
+}
+
+void require_vecs_aligned(std::initializer_list<std::pair<const float *, const char *>> vecs) {
+  for (const auto &v : vecs) require_vec_aligned(v.first, v.second);
+}
+
+// z is given exactly when the epilogue adds it (and the rank has samples).
+void require_addend(const fnorm_batchnorm_desc *bn, const void *z, bool local_empty) {
+  const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU && !local_empty;
+  FNORM_REQUIRE(add == (z != nullptr), add ? FNORM_STATUS_BAD_PARAM_NULL_POINTER : FNORM_STATUS_BAD_PARAM,
+                add ? "argument 'z' is NULL; the ADD_RELU epilogue adds it"
+                    : "argument 'z' is given but the epilogue is not ADD_RELU");
+}
+
+// Runs a validated call on its engine, on the handle's device.
+void launch(fnorm_handle *handle, fnorm_stream_t stream, const BnCall &c) {
+  DeviceGuard guard(handle->device);
+  if (resolve_engine(handle, c) == FNORM_BN_ENGINE_CUDNN)
+    cudnn_bn_run(handle, reinterpret_cast<cudaStream_t>(stream), c);
+  else
+    run_native(handle, stream, c);
+}
+
 BnCall prepare(BnPass pass, fnorm_handle *handle, const fnorm_batchnorm_desc *bn,
                const fnorm_tensor_desc *x_desc) {
   FNORM_REQUIRE_NOT_NULL(handle);
@@ -604,10 +635,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
       FNORM_REQUIRE_NOT_NULL(x);
       FNORM_REQUIRE_NOT_NULL(y);
     }
-    const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU && !c.local_empty;
-    FNORM_REQUIRE(add == (z != nullptr), add ? FNORM_STATUS_BAD_PARAM_NULL_POINTER : FNORM_STATUS_BAD_PARAM,
-                  add ? "argument 'z' is NULL; the ADD_RELU epilogue adds it"
-                      : "argument 'z' is given but the epilogue is not ADD_RELU");
+    require_addend(bn, z, c.local_empty);
     FNORM_REQUIRE((running_mean == nullptr) == (running_var == nullptr), FNORM_STATUS_BAD_PARAM,
                   "arguments 'running_mean' and 'running_var' must be given together");
     FNORM_REQUIRE(!(running_mean != nullptr && bn->average == FNORM_BN_AVERAGE_CUMULATIVE &&
@@ -616,14 +644,10 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
                   "argument 'num_batches_tracked' is NULL; CUMULATIVE averaging reads it");
     FNORM_REQUIRE(aligned(num_batches_tracked, 8), FNORM_STATUS_BAD_PARAM,
                   "argument 'num_batches_tracked' (%p) is not 8-byte aligned", static_cast<void *>(num_batches_tracked));
-    // (SyncBatchNorm: the count that matters is the global one, which the
-    // host does not see.)
-    FNORM_REQUIRE(bn->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
-                  "argument 'x_desc': training needs more than one value per channel (N * "
-                  "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
-    const float *vecs[] = {gamma, beta, running_mean, running_var, saved_mean, saved_invstd};
-    const char *names[] = {"gamma", "beta", "running_mean", "running_var", "saved_mean", "saved_invstd"};
-    for (int i = 0; i < 6; ++i) require_vec_aligned(vecs[i], names[i]);
+    require_training_count(c);
+    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {running_mean, "running_mean"},
+                          {running_var, "running_var"}, {saved_mean, "saved_mean"},
+                          {saved_invstd, "saved_invstd"}});
     c.x = x;
     c.z = z;
     c.y = y;
@@ -651,11 +675,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     require_disjoint(srv, {ssm, ssi, sw});
     require_disjoint(ssm, {ssi, sw});
     require_disjoint(ssi, {sw});
-    DeviceGuard guard(handle->device);
-    if (resolve_engine(handle, c) == FNORM_BN_ENGINE_CUDNN)
-      cudnn_bn_run(handle, reinterpret_cast<cudaStream_t>(stream), c);
-    else
-      run_native(handle, stream, c);
+    launch(handle, stream, c);
   });
 }
 
@@ -672,13 +692,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     FNORM_REQUIRE_NOT_NULL(y);
     FNORM_REQUIRE_NOT_NULL(running_mean);
     FNORM_REQUIRE_NOT_NULL(running_var);
-    const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
-    FNORM_REQUIRE(add == (z != nullptr), add ? FNORM_STATUS_BAD_PARAM_NULL_POINTER : FNORM_STATUS_BAD_PARAM,
-                  add ? "argument 'z' is NULL; the ADD_RELU epilogue adds it"
-                      : "argument 'z' is given but the epilogue is not ADD_RELU");
-    const float *vecs[] = {gamma, beta, running_mean, running_var};
-    const char *names[] = {"gamma", "beta", "running_mean", "running_var"};
-    for (int i = 0; i < 4; ++i) require_vec_aligned(vecs[i], names[i]);
+    require_addend(bn, z, false);
+    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {running_mean, "running_mean"},
+                          {running_var, "running_var"}});
     c.x = x;
     c.z = z;
     c.y = y;
@@ -693,11 +709,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
         sw{"workspace", workspace, workspace_bytes};
     require_disjoint(sy, {sx, sz, sw}, {"x", "z"});
-    DeviceGuard guard(handle->device);
-    if (resolve_engine(handle, c) == FNORM_BN_ENGINE_CUDNN)
-      cudnn_bn_run(handle, reinterpret_cast<cudaStream_t>(stream), c);
-    else
-      run_native(handle, stream, c);
+    launch(handle, stream, c);
   });
 }
 
@@ -725,12 +737,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     FNORM_REQUIRE_NOT_NULL(saved_invstd);
     FNORM_REQUIRE(dz == nullptr || bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU, FNORM_STATUS_BAD_PARAM,
                   "argument 'dz' is given but the epilogue is not ADD_RELU");
-    FNORM_REQUIRE(bn->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
-                  "argument 'x_desc': training needs more than one value per channel (N * "
-                  "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
-    const float *vecs[] = {gamma, beta, saved_mean, saved_invstd, dgamma, dbeta};
-    const char *names[] = {"gamma", "beta", "saved_mean", "saved_invstd", "dgamma", "dbeta"};
-    for (int i = 0; i < 6; ++i) require_vec_aligned(vecs[i], names[i]);
+    require_training_count(c);
+    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {saved_mean, "saved_mean"},
+                          {saved_invstd, "saved_invstd"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
     c.x = x;
     c.dy = dy;
     c.dx = dx;
@@ -759,11 +768,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     require_disjoint(sdg, {sdb, sw, sm, si, sg, sx, sdy, sr});
     require_disjoint(sdb, {sw, sm, si, sg, sx, sdy, sr});
     require_disjoint(sw, {sx, sdy, sr, sm, si, sg});
-    DeviceGuard guard(handle->device);
-    if (resolve_engine(handle, c) == FNORM_BN_ENGINE_CUDNN)
-      cudnn_bn_run(handle, reinterpret_cast<cudaStream_t>(stream), c);
-    else
-      run_native(handle, stream, c);
+    launch(handle, stream, c);
   });
 }
 
