@@ -1,5 +1,6 @@
 // Helpers of the GPU tests: the skip when there is no GPU, a CUDA call that
-// must succeed, a device buffer that frees itself, element sizes and names,
+// must succeed, a device buffer that frees itself, a host parallel loop for
+// the references, element sizes and names,
 // and one element of a device-dtype buffer read as double / written from
 // float on the host (16-bit formats rounded to nearest even, as the device
 // does).
@@ -11,6 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <thread>
+#include <vector>
 
 #include "fusednorm.h"
 #include "halfbits.hpp"
@@ -49,6 +53,18 @@ struct DeviceBuffer {
   unsigned char *at(size_t off) { return static_cast<unsigned char *>(p) + off; }
   void poison() { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }  // NaN in every dtype
 };
+
+// Runs fn(i) for i in [0, n) on all host cores (the references are heavy).
+template <class Fn>
+void parallel_for(int64_t n, Fn fn) {
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
+  std::vector<std::thread> ts;
+  for (int64_t t = 0; t < nt; ++t)
+    ts.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += nt) fn(i);
+    });
+  for (auto &th : ts) th.join();
+}
 
 inline size_t elem_size(fnorm_dtype_t t) { return t == FNORM_DTYPE_FLOAT32 ? 4 : 2; }
 

@@ -119,16 +119,6 @@ void set_desc(fnorm_tensor_desc_t d, const Case &k) {
                FNORM_STATUS_SUCCESS);
 }
 
-template <class Fn>
-void parallel_for(int64_t n, Fn fn) {
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
-  std::vector<std::thread> ts;
-  for (int64_t t = 0; t < nt; ++t)
-    ts.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += nt) fn(i);
-    });
-  for (auto &th : ts) th.join();
-}
 
 // Worst |got - ref| / bound over a range; prints the first offender.
 struct Worst {

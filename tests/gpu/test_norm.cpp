@@ -92,17 +92,6 @@ struct Ctx {
   long failures = 0;
 };
 
-// Runs fn(row) for every row on all host cores.
-template <class Fn>
-void parallel_rows(int64_t rows, Fn fn) {
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(rows, std::thread::hardware_concurrency()));
-  std::vector<std::thread> ts;
-  for (int64_t t = 0; t < nt; ++t)
-    ts.emplace_back([&, t] {
-      for (int64_t r = t; r < rows; r += nt) fn(r);
-    });
-  for (auto &th : ts) th.join();
-}
 
 struct RowResult {
   double worst = 0;  // max over elements of |err| / allowed
@@ -129,7 +118,7 @@ bool check_rows(const Case &c, const std::vector<int64_t> &rows, const unsigned 
     if (hg) g[j] = load_host(hg, wdt, j);
     if (hb) b[j] = load_host(hb, wdt, j);
   }
-  parallel_rows(static_cast<int64_t>(rows.size()), [&](int64_t k) {
+  parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t k) {
     const int64_t r = rows[k];
     std::vector<double> xr(c.cols), yr(c.cols);
     double abs_sum = 0;
@@ -357,7 +346,7 @@ void run_bwd_case(Ctx &ctx, const BwdCase &c) {
   // Forward statistics in double, stored as fp32 as a forward would save them;
   // the reference then uses exactly the fp32 values the kernel reads.
   std::vector<float> hmean(c.rows), hrstd(c.rows);
-  parallel_rows(c.rows, [&](int64_t r) {
+  parallel_for(c.rows, [&](int64_t r) {
     std::vector<double> xr(c.cols), yr(c.cols);
     for (int64_t j = 0; j < c.cols; ++j) xr[j] = load_host(hx.data(), c.dtype, r * c.cols + j);
     double m, s;
@@ -412,7 +401,7 @@ void run_bwd_case(Ctx &ctx, const BwdCase &c) {
   std::vector<std::vector<double>> dg_parts(std::thread::hardware_concurrency() + 1);
   const Tolerance tol = tol_for(c.dtype);
   std::mutex mu;
-  parallel_rows(c.rows, [&](int64_t r) {
+  parallel_for(c.rows, [&](int64_t r) {
     std::vector<double> xr(c.cols), dyr(c.cols), dsr(c.cols), dxr(c.cols), mag(c.cols);
     std::vector<double> dgr(c.cols, 0.0), dbr(c.cols, 0.0);
     for (int64_t j = 0; j < c.cols; ++j) {
