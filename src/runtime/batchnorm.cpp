@@ -187,6 +187,30 @@ BnApplyParams apply_params(const BnView &v, const BnFinalizeParams &f) {
   return a;
 }
 
+using FinalizeFn = cudaError_t (*)(const BnFinalizeParams &, cudaStream_t);
+
+// The per-channel combination of a pass. SyncBatchNorm: this rank's triples
+// (zeros for a rank without samples) -> one all-reduce -> the global finalize.
+void finalize(const BnCall &c, const NativePlan &plan, char *ws, BnFinalizeParams &f, FinalizeFn local,
+              FinalizeFn global, cudaStream_t stream) {
+  if (c.desc->comm == nullptr) {
+    check_cuda(local(f, stream), "bn_finalize");
+    return;
+  }
+  double *triples = reinterpret_cast<double *>(ws + plan.off_sync);
+  const size_t n = static_cast<size_t>(c.view.shape.channels) * 3;
+  if (c.local_empty) {
+    check_cuda(cudaMemsetAsync(triples, 0, n * sizeof(double), stream), "cudaMemsetAsync");
+  } else {
+    f.sync_local = triples;
+    check_cuda(local(f, stream), "bn_finalize");
+    f.sync_local = nullptr;
+  }
+  nccl_allreduce_sum(c.desc->comm, triples, n, stream);
+  f.sync_global = triples;
+  check_cuda(global(f, stream), "bn_finalize_sync");
+}
+
 void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   const BnView &v = c.view;
   const bool sync = c.desc->comm != nullptr && c.pass != BnPass::FwdInfer;
@@ -230,22 +254,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     f.running_var = c.running_var;
     f.saved_mean = c.saved_mean;
     f.saved_invstd = c.saved_invstd;
-    if (sync) {
-      double *triples = reinterpret_cast<double *>(ws + plan.off_sync);
-      if (c.local_empty) {
-        check_cuda(cudaMemsetAsync(triples, 0, v.shape.channels * 3 * sizeof(double), ctx.stream),
-                   "cudaMemsetAsync");
-      } else {
-        f.sync_local = triples;
-        check_cuda(launch_bn_finalize_fwd(f, ctx.stream), "bn_finalize_fwd");
-        f.sync_local = nullptr;
-      }
-      nccl_allreduce_sum(c.desc->comm, triples, v.shape.channels * 3, ctx.stream);
-      f.sync_global = triples;
-      check_cuda(launch_bn_finalize_fwd_sync(f, ctx.stream), "bn_finalize_fwd_sync");
-    } else {
-      check_cuda(launch_bn_finalize_fwd(f, ctx.stream), "bn_finalize_fwd");
-    }
+    finalize(c, plan, ws, f, launch_bn_finalize_fwd, launch_bn_finalize_fwd_sync, ctx.stream);
     if (c.local_empty) {
       if (c.num_batches_tracked != nullptr)
         check_cuda(launch_bn_count(c.num_batches_tracked, ctx.stream), "bn_count");
@@ -270,27 +279,13 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     f.in_invstd = c.saved_invstd_in;
     f.dgamma = c.dgamma;
     f.dbeta = c.dbeta;
-    if (sync) {
-      double *triples = reinterpret_cast<double *>(ws + plan.off_sync);
-      f.global_weight_grads = (c.desc->sync_flags & FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS) != 0;
-      if (c.local_empty) {
-        const size_t C = static_cast<size_t>(v.shape.channels);
-        check_cuda(cudaMemsetAsync(triples, 0, C * 3 * sizeof(double), ctx.stream), "cudaMemsetAsync");
-        if (!f.global_weight_grads) {  // this rank's sums over no samples
-          if (c.dgamma != nullptr) check_cuda(cudaMemsetAsync(c.dgamma, 0, C * 4, ctx.stream), "cudaMemsetAsync");
-          if (c.dbeta != nullptr) check_cuda(cudaMemsetAsync(c.dbeta, 0, C * 4, ctx.stream), "cudaMemsetAsync");
-        }
-      } else {
-        f.sync_local = triples;
-        check_cuda(launch_bn_finalize_bwd(f, ctx.stream), "bn_finalize_bwd");
-        f.sync_local = nullptr;
-      }
-      nccl_allreduce_sum(c.desc->comm, triples, v.shape.channels * 3, ctx.stream);
-      f.sync_global = triples;
-      check_cuda(launch_bn_finalize_bwd_sync(f, ctx.stream), "bn_finalize_bwd_sync");
-    } else {
-      check_cuda(launch_bn_finalize_bwd(f, ctx.stream), "bn_finalize_bwd");
+    f.global_weight_grads = (c.desc->sync_flags & FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS) != 0;
+    if (sync && c.local_empty && !f.global_weight_grads) {  // this rank's sums over no samples
+      const size_t bytes = static_cast<size_t>(v.shape.channels) * 4;
+      if (c.dgamma != nullptr) check_cuda(cudaMemsetAsync(c.dgamma, 0, bytes, ctx.stream), "cudaMemsetAsync");
+      if (c.dbeta != nullptr) check_cuda(cudaMemsetAsync(c.dbeta, 0, bytes, ctx.stream), "cudaMemsetAsync");
     }
+    finalize(c, plan, ws, f, launch_bn_finalize_bwd, launch_bn_finalize_bwd_sync, ctx.stream);
     if (c.local_empty) return;
     BnApplyParams a = apply_params(v, f);
     a.x = c.x;
