@@ -115,6 +115,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--world", type=int, default=torch.cuda.device_count())
     ap.add_argument("--batch", type=int, default=SHAPE[0], help="samples per rank")
+    ap.add_argument("--quick", action="store_true", help="accepted for scripts/gpu-check; the run is already short")
     ap.add_argument("--tag", default="", help="suffix of the output files (rows_syncbn<tag>.json)")
     args = ap.parse_args()
     SHAPE[0] = args.batch

@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 
 from . import (_PROTOTYPES, _Owned, _desc_of, _dtype_of, _handle_for, _on_device, _p, _ptr, _size,
-               _sizep, _status, _enum, _workspace, check, lib)
+               _sizep, _status, _enum, _tensor_desc, _workspace, check, lib)
 
 __all__ = ["BnEpilogue", "BnAverage", "BnEngine", "BnSyncFlag", "BatchNormDesc", "BnSaved",
            "batch_norm_train", "batch_norm_infer", "batch_norm_backward"]
