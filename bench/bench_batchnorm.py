@@ -313,12 +313,16 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-huge", action="store_true", help="leave out [2100000, 256, 4]")
+    ap.add_argument("--cases", default="", help="comma-separated indices into CASES (for profiling; "
+                    "leaves out the inference cases)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     B = Bench(reps=10 if args.quick else 30)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
     rows, errors = [], []
     cases = CASES[::3] if args.quick else CASES
+    if args.cases:
+        cases = [CASES[int(i)] for i in args.cases.split(",")]
     for dtype, shape, layout, epi, bwd in cases:
         if args.skip_huge and shape[0] == 2100000:
             continue
@@ -331,7 +335,7 @@ def main() -> int:
             print(f"ERROR {dtype} {shape} {layout} {epi}: {type(e).__name__}: {e}", flush=True)
         gc.collect()
         torch.cuda.empty_cache()
-    for dtype, shape, layout, epi in INFER_CASES:
+    for dtype, shape, layout, epi in ([] if args.cases else INFER_CASES):
         try:
             for r in bench_infer(B, dtype, shape, layout, epi):
                 rows.append(r)

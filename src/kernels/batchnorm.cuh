@@ -14,6 +14,10 @@ namespace fnorm {
 
 constexpr int kBnThreads = 256;
 constexpr int kBnUnroll = 4;  // independent packs in flight per thread in the reductions
+// Resident blocks per SM the columns reduction is compiled for (register cap).
+#ifndef FNORM_BN_REDUCE_MIN_BLOCKS
+#define FNORM_BN_REDUCE_MIN_BLOCKS 3
+#endif
 
 // Bits [e, e + P) of a 1-bit-per-element mask (bit e % 32 of word e / 32).
 // Assumptions: e % P == 0 and P divides 32, so the bits share one word.
@@ -44,7 +48,7 @@ __device__ __forceinline__ void welford_merge(float &na, float &ma, float &m2a, 
 // Assumptions: PACK divides width; x (and dy) aligned to PACK elements.
 // ---------------------------------------------------------------------------
 template <typename T, int PACK, bool BWD>
-__global__ void __launch_bounds__(kBnThreads) bn_reduce_columns_kernel(BnReduceParams p,
+__global__ void __launch_bounds__(kBnThreads, FNORM_BN_REDUCE_MIN_BLOCKS) bn_reduce_columns_kernel(BnReduceParams p,
                                                                        int ncp_log2) {
   __shared__ float sa[kBnThreads * PACK];
   __shared__ float sb[kBnThreads * PACK];
@@ -88,33 +92,54 @@ __global__ void __launch_bounds__(kBnThreads) bn_reduce_columns_kernel(BnReduceP
       }
     }
   };
-  // dy masked by the ReLU bitmask (backward).
-  auto load_grad = [&](int64_t m, float (&g)[PACK]) {
-    load_pack<T, PACK>(dy + m * width, g);
+  // The loop keeps each pack in its stored form (a 16-byte fp16 pack is 4
+  // registers, 8 once widened) until it is consumed, and walks pointers
+  // instead of recomputing 64-bit row offsets: the fp16 backward instance
+  // needed 112 registers (2 blocks per SM) before.
+  using Raw = Pack<T, PACK>;
+  auto widen = [](const Raw &raw, float (&out)[PACK]) {
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) out[k] = Convert<T>::to_float(raw.v[k]);
+  };
+  auto masked = [&](const Raw &raw, uint32_t bits, float (&g)[PACK]) {
+    widen(raw, g);
     if (p.mask != nullptr) {
-      const uint32_t bits = read_mask_bits<PACK>(p.mask, m * width + col);
 #pragma unroll
       for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
     }
   };
 
   if (col_ok) {
+    const int64_t step = static_cast<int64_t>(rpi) * width;  // elements between a thread's rows
     int64_t m = r0 + r;
-    for (; m + (kBnUnroll - 1) * rpi < r1; m += kBnUnroll * rpi) {
-      float v[kBnUnroll][PACK], g[kBnUnroll][PACK];
+    int64_t off = m * width;  // element offset of (row m, col)
+    for (; m + (kBnUnroll - 1) * rpi < r1; m += kBnUnroll * rpi, off += kBnUnroll * step) {
+      Raw xr[kBnUnroll], gr[kBnUnroll];
+      uint32_t bits[kBnUnroll];
 #pragma unroll
-      for (int u = 0; u < kBnUnroll; ++u) load_pack<T, PACK>(x + (m + u * rpi) * width, v[u]);
+      for (int u = 0; u < kBnUnroll; ++u) xr[u] = *reinterpret_cast<const Raw *>(x + off + u * step);
       if constexpr (BWD) {
 #pragma unroll
-        for (int u = 0; u < kBnUnroll; ++u) load_grad(m + u * rpi, g[u]);
+        for (int u = 0; u < kBnUnroll; ++u) {
+          gr[u] = *reinterpret_cast<const Raw *>(dy + off + u * step);
+          bits[u] = p.mask != nullptr ? read_mask_bits<PACK>(p.mask, off + u * step + col) : 0u;
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kBnUnroll; ++u) accumulate(v[u], g[u]);
+      for (int u = 0; u < kBnUnroll; ++u) {
+        float v[PACK], g[PACK];
+        widen(xr[u], v);
+        if constexpr (BWD) masked(gr[u], bits[u], g);
+        accumulate(v, g);
+      }
     }
-    for (; m < r1; m += rpi) {
+    for (; m < r1; m += rpi, off += step) {
       float v[PACK], g[PACK];
-      load_pack<T, PACK>(x + m * width, v);
-      if constexpr (BWD) load_grad(m, g);
+      widen(*reinterpret_cast<const Raw *>(x + off), v);
+      if constexpr (BWD) {
+        masked(*reinterpret_cast<const Raw *>(dy + off),
+               p.mask != nullptr ? read_mask_bits<PACK>(p.mask, off + col) : 0u, g);
+      }
       accumulate(v, g);
     }
   }

@@ -4,6 +4,7 @@
 // backward dgamma / dbeta + dx coefficients, and inference coefficients.
 #include <cmath>
 
+#include "bn_finish.cuh"
 #include "bn_params.hpp"
 #include "common.cuh"
 
@@ -60,40 +61,6 @@ __device__ __forceinline__ void block_sum3(double &a, double &b, double &c) {
       c += sh[2][w];
     }
   }
-}
-
-// The forward's outputs from a channel's count, mean and M2.
-__device__ void finish_fwd(const BnFinalizeParams &p, int64_t c, double n, double mean, double m2) {
-  const double var = m2 / n;  // biased
-  const double invstd = 1.0 / sqrt(var + p.eps);
-  if (p.saved_mean != nullptr) p.saved_mean[c] = static_cast<float>(mean);
-  if (p.saved_invstd != nullptr) p.saved_invstd[c] = static_cast<float>(invstd);
-  if (p.running_mean != nullptr) {
-    const double f = p.cumulative ? 1.0 / (static_cast<double>(*p.num_batches_tracked) + 1.0)
-                                  : p.factor;
-    const double unbiased = m2 / (n - 1.0);
-    p.running_mean[c] = static_cast<float>((1.0 - f) * p.running_mean[c] + f * mean);
-    p.running_var[c] = static_cast<float>((1.0 - f) * p.running_var[c] + f * unbiased);
-  }
-  const double gamma = p.gamma != nullptr ? p.gamma[c] : 1.0;
-  p.mean[c] = static_cast<float>(mean);
-  p.c1[c] = static_cast<float>(gamma * invstd);
-  p.c2[c] = p.beta != nullptr ? p.beta[c] : 0.f;
-}
-
-// The backward's outputs from a channel's count and sums.
-__device__ void finish_bwd(const BnFinalizeParams &p, int64_t c, double m, double sum_dy,
-                           double sum_dy_xmu, bool weight_grads) {
-  const double invstd = p.in_invstd[c];
-  const double gamma = p.gamma != nullptr ? p.gamma[c] : 1.0;
-  if (weight_grads && p.dbeta != nullptr) p.dbeta[c] = static_cast<float>(sum_dy);
-  if (weight_grads && p.dgamma != nullptr) p.dgamma[c] = static_cast<float>(sum_dy_xmu * invstd);
-  // dx = (g - sum_dy / m - (x - mean) * sum_dy_xmu * invstd^2 / m) * gamma * invstd
-  const double a = gamma * invstd;
-  p.mean[c] = p.in_mean[c];
-  p.c1[c] = static_cast<float>(a);
-  p.c2[c] = static_cast<float>(-sum_dy_xmu * invstd * invstd / m * a);
-  p.c3[c] = static_cast<float>(-sum_dy / m * a);
 }
 
 // One block per channel. The partial (count n_j, mean_j, M2_j) combine as

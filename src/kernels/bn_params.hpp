@@ -78,6 +78,10 @@ struct BnApplyParams {
 
 using BnReduceLaunchFn = cudaError_t (*)(BnReduceParams &, const LaunchContext &);
 using BnApplyLaunchFn = cudaError_t (*)(const BnApplyParams &, const LaunchContext &);
+struct BnPersistParams;
+// Launches the one-launch kernel if the problem fits one co-resident grid;
+// the bool says whether it did.
+using BnPersistLaunchFn = cudaError_t (*)(const BnPersistParams &, const LaunchContext &, bool *);
 
 struct BnInstance {
   fnorm_dtype_t dtype;
@@ -88,6 +92,8 @@ struct BnInstance {
   BnReduceLaunchFn grads_segments;
   BnApplyLaunchFn forward;
   BnApplyLaunchFn backward;
+  BnPersistLaunchFn persist_forward;
+  BnPersistLaunchFn persist_backward;
   const char *name;
 };
 
@@ -133,6 +139,28 @@ struct BnFinalizeParams {
   double *sync_local = nullptr;
   const double *sync_global = nullptr;
   bool global_weight_grads = false;
+};
+
+// The one-launch path (src/kernels/bn_persistent.cuh) for small channels-last
+// problems: training forward (x, z -> y, mask_out) or backward (x, dy, mask_in
+// -> dx, dz), with the per-channel end in f (f.mean == nullptr: no workspace
+// coefficients written).
+struct BnPersistParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *z = nullptr;
+  void *y = nullptr;
+  const void *dy = nullptr;
+  void *dx = nullptr;
+  void *dz = nullptr;
+  uint32_t *mask_out = nullptr;
+  const uint32_t *mask_in = nullptr;
+  float *part_a = nullptr;  // [max_blocks][width] per-block sums
+  float *part_b = nullptr;
+  int64_t max_blocks = 0;
+  int epilogue = 0;
+  int64_t *num_batches_tracked = nullptr;
+  BnFinalizeParams f;
 };
 
 cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t stream);

@@ -237,6 +237,55 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     return;
   }
 
+  // Small channels-last problems: one launch with the values in registers
+  // (bn_persistent.cuh), when the shape and one wave of blocks allow it.
+  if (!sync && v.shape.group == 1 && plan.kind == BnReduceKind::Columns) {
+    BnPersistParams q;
+    q.shape = v.shape;
+    q.part_a = reinterpret_cast<float *>(ws + plan.off_a);
+    q.part_b = reinterpret_cast<float *>(ws + plan.off_b);
+    q.max_blocks = plan.max_splits;
+    q.epilogue = c.desc->epilogue;
+    q.f = f;
+    q.f.mean = q.f.c1 = q.f.c2 = q.f.c3 = nullptr;
+    q.x = c.x;
+    int pack;
+    BnPersistLaunchFn fn;
+    if (c.pass == BnPass::FwdTrain) {
+      q.z = c.z;
+      q.y = c.y;
+      q.mask_out = relu ? static_cast<uint32_t *>(c.reserve) : nullptr;
+      q.num_batches_tracked = c.num_batches_tracked;
+      q.f.eps = c.desc->epsilon;
+      q.f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
+      q.f.factor = c.desc->momentum;
+      q.f.num_batches_tracked = c.num_batches_tracked;
+      q.f.gamma = c.gamma;
+      q.f.beta = c.beta;
+      q.f.running_mean = c.running_mean;
+      q.f.running_var = c.running_var;
+      q.f.saved_mean = c.saved_mean;
+      q.f.saved_invstd = c.saved_invstd;
+      pack = widest_pack(esize, v.shape.width, {c.x, c.z, c.y});
+    } else {
+      q.dy = c.dy;
+      q.dx = c.dx;
+      q.dz = c.dz;
+      q.mask_in = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
+      q.f.gamma = c.gamma;
+      q.f.in_mean = c.saved_mean_in;
+      q.f.in_invstd = c.saved_invstd_in;
+      q.f.dgamma = c.dgamma;
+      q.f.dbeta = c.dbeta;
+      pack = widest_pack(esize, v.shape.width, {c.x, c.dy, c.dx, c.dz});
+    }
+    const BnInstance &inst = instance_or_throw(v.dtype, pack);
+    fn = c.pass == BnPass::FwdTrain ? inst.persist_forward : inst.persist_backward;
+    bool launched = false;
+    check_cuda(fn(q, ctx, &launched), inst.name);
+    if (launched) return;
+  }
+
   BnReduceParams r;
   r.shape = v.shape;
   r.part_a = reinterpret_cast<float *>(ws + plan.off_a);
