@@ -14,9 +14,11 @@ namespace fnorm {
 
 constexpr int kBnThreads = 256;
 constexpr int kBnUnroll = 4;  // independent packs in flight per thread in the reductions
-// Resident blocks per SM the columns reduction is compiled for (register cap).
+// Resident blocks per SM the columns reduction is compiled for (register
+// cap). 3 (80 registers) spilled in the fp16/bf16 backward and ran 6% slower
+// than 2 on the H200 (bench/NOTES.md).
 #ifndef FNORM_BN_REDUCE_MIN_BLOCKS
-#define FNORM_BN_REDUCE_MIN_BLOCKS 3
+#define FNORM_BN_REDUCE_MIN_BLOCKS 2
 #endif
 
 // Bits [e, e + P) of a 1-bit-per-element mask (bit e % 32 of word e / 32).

@@ -122,10 +122,24 @@ __global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistPara
   {
     const int j = threadIdx.x & static_cast<int>(width - 1);
     const int lanes = kBnThreads / static_cast<int>(width);  // threads per column
+    // kU independent loads in flight per thread (a dependent chain of L2
+    // round trips here cost more than the rest of the kernel).
+    constexpr int kU = 8;
     double s1 = 0.0, s2 = 0.0;
-    for (int g = threadIdx.x / static_cast<int>(width); g < static_cast<int>(gridDim.x); g += lanes) {
-      s1 += __ldcg(p.part_a + static_cast<int64_t>(g) * width + j);
-      s2 += __ldcg(p.part_b + static_cast<int64_t>(g) * width + j);
+    for (int g0 = threadIdx.x / static_cast<int>(width); g0 < static_cast<int>(gridDim.x); g0 += kU * lanes) {
+      float va[kU], vb[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int g = g0 + u * lanes;
+        const bool ok = g < static_cast<int>(gridDim.x);
+        va[u] = ok ? __ldcg(p.part_a + static_cast<int64_t>(g) * width + j) : 0.f;
+        vb[u] = ok ? __ldcg(p.part_b + static_cast<int64_t>(g) * width + j) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        s1 += va[u];
+        s2 += vb[u];
+      }
     }
     da[threadIdx.x] = s1;
     db[threadIdx.x] = s2;
