@@ -25,7 +25,11 @@
 
 namespace fnorm {
 
-constexpr int kBnPersistK = 8;  // packs per thread kept in registers
+// Packs per thread kept in registers.
+#ifndef FNORM_BN_PERSIST_K
+#define FNORM_BN_PERSIST_K 8
+#endif
+constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
 
 template <typename T, int PACK, bool BWD>
 __global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
