@@ -382,7 +382,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_desc_get(fnorm_batchnorm_desc_t desc,
 /** Choose the engine. AUTO runs NATIVE today, which takes every case. On the
  *  H200 benchmark (bench/results) NATIVE was faster everywhere except fp16
  *  channels-last without an epilogue, where cuDNN's persistent kernels were
- *  faster ([128, 64, 56, 56]: 50 vs 72 us forward); AUTO does not route
+ *  faster ([128, 64, 56, 56]: 50 vs 60 us forward); AUTO does not route
  *  those to cuDNN yet (the choice must be the same for the forward and the
  *  backward of a step, and cuDNN refuses misaligned tensors). The forward and
  *  the backward of one step must use descriptors with the same engine and

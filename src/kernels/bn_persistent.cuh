@@ -64,6 +64,9 @@ __global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistPara
   } else {
     load_pack<T, PACK>(x + col, ref);  // row 0: the shift
   }
+  // Channel threadIdx.x's shift for the combine below, read before the grid
+  // barrier: y may be x itself, and row 0 is overwritten after it.
+  const float shift = !BWD && threadIdx.x < width ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const int64_t m = row0 + static_cast<int64_t>(i) * rpi;
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistPara
         coef[threadIdx.x] = bwd_coefs(p.f, threadIdx.x, n, S1, S2);
         if (blockIdx.x == 0) finish_bwd(p.f, threadIdx.x, n, S1, S2, true);
       } else {
-        const double mean = static_cast<double>(Convert<T>::to_float(x[threadIdx.x])) + S1 / n;
+        const double mean = static_cast<double>(shift) + S1 / n;
         const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
         coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
         if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
@@ -255,6 +258,12 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   err = cudaLaunchKernelEx(&cfg, kernel, p, ncp_log2);
+  if (err == cudaErrorCooperativeLaunchTooLarge) {
+    // Fewer SMs than the device reports (MPS limits, green contexts): the
+    // caller runs the general path.
+    (void)cudaGetLastError();
+    return cudaSuccess;
+  }
   *launched = err == cudaSuccess;
   return err;
 }

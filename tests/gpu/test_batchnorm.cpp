@@ -70,13 +70,16 @@ struct Case {
   int offset = 0;  // elements: misaligns every data pointer
   fnorm_bn_engine_t engine = FNORM_BN_ENGINE_NATIVE;
   int steps = 1;  // training steps (running statistics)
+  // In place: 1: y = x, then dx = x and dz = dy; 2 (ADD_RELU): y = z, then
+  // dx = dy. The inputs are uploaded again before every call.
+  int inplace = 0;
   std::string str() const {
     std::string d;
     for (size_t i = 0; i < dims.size(); ++i) d += (i ? "," : "") + std::to_string(dims[i]);
     char b[256];
-    std::snprintf(b, sizeof b, "%s [%s] %s epi=%d affine=%d avg=%d running=%d off=%d engine=%s",
+    std::snprintf(b, sizeof b, "%s [%s] %s epi=%d affine=%d avg=%d running=%d off=%d engine=%s inplace=%d",
                   dtype_str(dtype), d.c_str(), channels_last ? "NHWC" : "NCHW", epilogue, affine,
-                  average, running, offset, engine == FNORM_BN_ENGINE_CUDNN ? "cudnn" : "native");
+                  average, running, offset, engine == FNORM_BN_ENGINE_CUDNN ? "cudnn" : "native", inplace);
     return b;
   }
 };
@@ -237,7 +240,14 @@ void run_case(Ctx &ctx, const Case &k) {
   CUDA_OK(cudaMemcpy(vec.p, hv.data(), 4 * C * sizeof(float), cudaMemcpyHostToDevice));
   const int64_t nbt0 = 5;
   CUDA_OK(cudaMemcpy(bnbt.p, &nbt0, 8, cudaMemcpyHostToDevice));
-  void *xp = bx.at(off), *zp = add ? bz.at(off) : nullptr, *yp = by.at(off);
+  void *xp = bx.at(off), *zp = add ? bz.at(off) : nullptr;
+  void *yp = k.inplace == 1 ? xp : k.inplace == 2 ? zp : by.at(off);
+  // Uploads the inputs again (an in-place call overwrote one of them).
+  auto restore = [&] {
+    CUDA_OK(cudaMemcpy(bx.p, hx.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(bdy.p, hdy.data(), bytes, cudaMemcpyHostToDevice));
+    if (add) CUDA_OK(cudaMemcpy(bz.p, hz.data(), bytes, cudaMemcpyHostToDevice));
+  };
   const float *gp = k.affine ? g_d : nullptr, *bp = k.affine ? b_d : nullptr;
   float *rmp = k.running ? rm_d : nullptr, *rvp = k.running ? rv_d : nullptr;
   int64_t *nbt = static_cast<int64_t *>(bnbt.p);
@@ -257,7 +267,8 @@ void run_case(Ctx &ctx, const Case &k) {
   std::vector<double> rm = rm0, rv = rv0;
   bool ok = true;
   for (int step = 0; step < k.steps; ++step) {
-    by.poison();
+    if (k.inplace) restore();
+    else by.poison();
     brs.poison();
     CUDA_OK(cudaMemset(sm_d, 0xFF, 2 * C * sizeof(float)));
     const fnorm_status_t st = fnorm_batchnorm_fwd_train(
@@ -308,15 +319,18 @@ void run_case(Ctx &ctx, const Case &k) {
   batchnorm_backward_reference(x.data(), gm.data(), L.outer(), C, L.inner(), mean.data(), invstd.data(),
                                k.affine ? gamma.data() : nullptr, dxr.data(), dgr.data(), dbr.data());
   std::vector<float> first_dg;
+  void *dxp = k.inplace == 1 ? xp : k.inplace == 2 ? bdy.at(off) : bdx.at(off);
+  void *dzp = !add ? nullptr : k.inplace == 1 ? bdy.at(off) : bdz.at(off);
   for (int rep = 0; rep < 2; ++rep) {
+    if (k.inplace) restore();
     bdx.poison();
     bdz.poison();
     CUDA_OK(cudaMemset(dg_d, 0xFF, 2 * C * sizeof(float)));
     const bool cudnn_relu = k.engine == FNORM_BN_ENGINE_CUDNN && relu;
     const fnorm_status_t st = fnorm_batchnorm_bwd(
         ctx.handle, nullptr, bn, xd, xp, xd, bdy.at(off), cudnn_relu ? yp : nullptr, gp,
-        cudnn_relu ? bp : nullptr, sm_d, si_d, rs ? brs.p : nullptr, rs, xd, bdx.at(off),
-        add ? bdz.at(off) : nullptr, dg_d, db_d, bws.p, bws.bytes);
+        cudnn_relu ? bp : nullptr, sm_d, si_d, rs ? brs.p : nullptr, rs, xd, dxp, dzp, dg_d, db_d, bws.p,
+        bws.bytes);
     if (!engine_takes(ctx, k, st)) return;
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> hd = download<float>(dg_d, 2 * C);
@@ -327,8 +341,8 @@ void run_case(Ctx &ctx, const Case &k) {
     CHECK(std::memcmp(hd.data(), first_dg.data(), hd.size() * sizeof(float)) == 0);
   }
   std::vector<unsigned char> hdx(bytes), hdz(add ? bytes : 0);
-  CUDA_OK(cudaMemcpy(hdx.data(), bdx.at(off), E * es, cudaMemcpyDeviceToHost));
-  if (add) CUDA_OK(cudaMemcpy(hdz.data(), bdz.at(off), E * es, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hdx.data(), dxp, E * es, cudaMemcpyDeviceToHost));
+  if (add) CUDA_OK(cudaMemcpy(hdz.data(), dzp, E * es, cudaMemcpyDeviceToHost));
   if (add && k.engine == FNORM_BN_ENGINE_CUDNN) {
     // cuDNN masks on its fp32 pre-activation: where that was a tiny positive
     // value, y was stored as 0 yet dy passes. Take its choice there (seen by
@@ -383,7 +397,8 @@ void run_case(Ctx &ctx, const Case &k) {
   if (k.running && !(k.engine == FNORM_BN_ENGINE_CUDNN && relu)) {
     if (!engine_takes(ctx, k, fnorm_batchnorm_fwd_infer_workspace_size(ctx.handle, bn, xd, &ws_i))) return;
     DeviceBuffer bwi(ws_i);
-    by.poison();
+    if (k.inplace) restore();
+    else by.poison();
     const fnorm_status_t st = fnorm_batchnorm_fwd_infer(ctx.handle, nullptr, bn, xd, xp, zp, gp, bp, rm_d,
                                                         rv_d, xd, yp, bwi.p, ws_i);
     if (!engine_takes(ctx, k, st)) return;
@@ -584,6 +599,27 @@ int main() {
         k.steps = 3;
         k.engine = eng;
         run_case(ctx, k);
+      }
+      // In place, on shapes of both native paths (one-launch: [3, 64], NHWC
+      // [2, 4, 3, 3] and [32, 64, 28, 28]; three launches: NCHW [6, 5, 33, 17]).
+      // cuDNN's ReLU backward reads y, which in place is gone: NONE only there.
+      const std::vector<std::pair<std::vector<int64_t>, bool>> inplace_shapes = {
+          {{3, 64}, false}, {{2, 4, 3, 3}, true}, {{32, 64, 28, 28}, true}, {{6, 5, 33, 17}, false}};
+      for (const auto &[dims, cl] : inplace_shapes) {
+        for (int mode : {1, 2}) {
+          for (fnorm_bn_epilogue_t epi : {FNORM_BN_EPILOGUE_NONE, FNORM_BN_EPILOGUE_ADD_RELU}) {
+            if (mode == 2 && epi != FNORM_BN_EPILOGUE_ADD_RELU) continue;
+            if (eng == FNORM_BN_ENGINE_CUDNN && epi != FNORM_BN_EPILOGUE_NONE) continue;
+            Case k;
+            k.dtype = dt;
+            k.dims = dims;
+            k.channels_last = cl;
+            k.epilogue = epi;
+            k.engine = eng;
+            k.inplace = mode;
+            run_case(ctx, k);
+          }
+        }
       }
     }
     std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
