@@ -84,6 +84,17 @@ struct Case {
   }
 };
 
+Case make_case(fnorm_dtype_t dtype, const std::vector<int64_t> &dims, bool channels_last,
+               fnorm_bn_epilogue_t epilogue, fnorm_bn_engine_t engine) {
+  Case k;
+  k.dtype = dtype;
+  k.dims = dims;
+  k.channels_last = channels_last;
+  k.epilogue = epilogue;
+  k.engine = engine;
+  return k;
+}
+
 struct Ctx {
   fnorm_handle_t handle = nullptr;
   uint64_t seed = 0;
@@ -576,12 +587,7 @@ int main() {
       for (const auto &dims : small) {
         for (bool cl : {false, true}) {
           for (fnorm_bn_epilogue_t epi : epis) {
-            Case k;
-            k.dtype = dt;
-            k.dims = dims;
-            k.channels_last = cl;
-            k.epilogue = epi;
-            k.engine = eng;
+            Case k = make_case(dt, dims, cl, epi, eng);
             run_case(ctx, k);
             k.affine = false;
             k.offset = 1;
@@ -610,12 +616,7 @@ int main() {
           for (fnorm_bn_epilogue_t epi : {FNORM_BN_EPILOGUE_NONE, FNORM_BN_EPILOGUE_ADD_RELU}) {
             if (mode == 2 && epi != FNORM_BN_EPILOGUE_ADD_RELU) continue;
             if (eng == FNORM_BN_ENGINE_CUDNN && epi != FNORM_BN_EPILOGUE_NONE) continue;
-            Case k;
-            k.dtype = dt;
-            k.dims = dims;
-            k.channels_last = cl;
-            k.epilogue = epi;
-            k.engine = eng;
+            Case k = make_case(dt, dims, cl, epi, eng);
             k.inplace = mode;
             run_case(ctx, k);
           }
@@ -643,13 +644,7 @@ int main() {
   if (quick) bigs.resize(3);
   for (const Big &b : bigs) {
     for (fnorm_bn_engine_t eng : engines) {
-      Case k;
-      k.dtype = b.dt;
-      k.dims = b.dims;
-      k.channels_last = b.cl;
-      k.epilogue = b.epi;
-      k.engine = eng;
-      run_case(ctx, k);
+      run_case(ctx, make_case(b.dt, b.dims, b.cl, b.epi, eng));
     }
   }
   if (!quick) run_huge_case(ctx);
