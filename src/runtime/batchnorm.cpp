@@ -211,6 +211,65 @@ void finalize(const BnCall &c, const NativePlan &plan, char *ws, BnFinalizeParam
   check_cuda(global(f, stream), "bn_finalize_sync");
 }
 
+// What the per-channel end of a training pass reads and writes besides the
+// partials: statistics, running averages and affine parameters (forward),
+// weight gradients (backward). Shared by the three-launch and one-launch paths.
+void set_channel_io(BnFinalizeParams &f, const BnCall &c) {
+  f.gamma = c.gamma;
+  if (c.pass == BnPass::FwdTrain) {
+    f.eps = c.desc->epsilon;
+    f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
+    f.factor = c.desc->momentum;
+    f.num_batches_tracked = c.num_batches_tracked;
+    f.beta = c.beta;
+    f.running_mean = c.running_mean;
+    f.running_var = c.running_var;
+    f.saved_mean = c.saved_mean;
+    f.saved_invstd = c.saved_invstd;
+  } else {
+    f.in_mean = c.saved_mean_in;
+    f.in_invstd = c.saved_invstd_in;
+    f.dgamma = c.dgamma;
+    f.dbeta = c.dbeta;
+    f.global_weight_grads = (c.desc->sync_flags & FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS) != 0;
+  }
+}
+
+// Small channels-last problems (no communicator): one launch with the values
+// in registers (bn_persistent.cuh) when the shape and one wave of blocks allow
+// it. Returns whether it ran; if not, the caller runs the three-launch path.
+bool run_one_launch(const NativePlan &plan, const BnCall &c, const LaunchContext &ctx, char *ws) {
+  const BnView &v = c.view;
+  if (v.shape.group != 1 || plan.kind != BnReduceKind::Columns) return false;
+  const bool relu = c.desc->epilogue != FNORM_BN_EPILOGUE_NONE;
+  const bool forward = c.pass == BnPass::FwdTrain;
+  BnPersistParams q;
+  q.shape = v.shape;
+  q.part_a = reinterpret_cast<float *>(ws + plan.off_a);
+  q.part_b = reinterpret_cast<float *>(ws + plan.off_b);
+  q.max_blocks = plan.max_splits;
+  q.epilogue = c.desc->epilogue;
+  set_channel_io(q.f, c);  // q.f.mean == nullptr: no workspace coefficients
+  q.x = c.x;
+  if (forward) {
+    q.z = c.z;
+    q.y = c.y;
+    q.mask_out = relu ? static_cast<uint32_t *>(c.reserve) : nullptr;
+    q.num_batches_tracked = c.num_batches_tracked;
+  } else {
+    q.dy = c.dy;
+    q.dx = c.dx;
+    q.dz = c.dz;
+    q.mask_in = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
+  }
+  const int pack = forward ? widest_pack(dtype_size(v.dtype), v.shape.width, {c.x, c.z, c.y})
+                           : widest_pack(dtype_size(v.dtype), v.shape.width, {c.x, c.dy, c.dx, c.dz});
+  const BnInstance &inst = instance_or_throw(v.dtype, pack);
+  bool launched = false;
+  check_cuda((forward ? inst.persist_forward : inst.persist_backward)(q, ctx, &launched), inst.name);
+  return launched;
+}
+
 void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   const BnView &v = c.view;
   const bool sync = c.desc->comm != nullptr && c.pass != BnPass::FwdInfer;
@@ -237,54 +296,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     return;
   }
 
-  // Small channels-last problems: one launch with the values in registers
-  // (bn_persistent.cuh), when the shape and one wave of blocks allow it.
-  if (!sync && v.shape.group == 1 && plan.kind == BnReduceKind::Columns) {
-    BnPersistParams q;
-    q.shape = v.shape;
-    q.part_a = reinterpret_cast<float *>(ws + plan.off_a);
-    q.part_b = reinterpret_cast<float *>(ws + plan.off_b);
-    q.max_blocks = plan.max_splits;
-    q.epilogue = c.desc->epilogue;
-    q.f = f;
-    q.f.mean = q.f.c1 = q.f.c2 = q.f.c3 = nullptr;
-    q.x = c.x;
-    int pack;
-    BnPersistLaunchFn fn;
-    if (c.pass == BnPass::FwdTrain) {
-      q.z = c.z;
-      q.y = c.y;
-      q.mask_out = relu ? static_cast<uint32_t *>(c.reserve) : nullptr;
-      q.num_batches_tracked = c.num_batches_tracked;
-      q.f.eps = c.desc->epsilon;
-      q.f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
-      q.f.factor = c.desc->momentum;
-      q.f.num_batches_tracked = c.num_batches_tracked;
-      q.f.gamma = c.gamma;
-      q.f.beta = c.beta;
-      q.f.running_mean = c.running_mean;
-      q.f.running_var = c.running_var;
-      q.f.saved_mean = c.saved_mean;
-      q.f.saved_invstd = c.saved_invstd;
-      pack = widest_pack(esize, v.shape.width, {c.x, c.z, c.y});
-    } else {
-      q.dy = c.dy;
-      q.dx = c.dx;
-      q.dz = c.dz;
-      q.mask_in = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
-      q.f.gamma = c.gamma;
-      q.f.in_mean = c.saved_mean_in;
-      q.f.in_invstd = c.saved_invstd_in;
-      q.f.dgamma = c.dgamma;
-      q.f.dbeta = c.dbeta;
-      pack = widest_pack(esize, v.shape.width, {c.x, c.dy, c.dx, c.dz});
-    }
-    const BnInstance &inst = instance_or_throw(v.dtype, pack);
-    fn = c.pass == BnPass::FwdTrain ? inst.persist_forward : inst.persist_backward;
-    bool launched = false;
-    check_cuda(fn(q, ctx, &launched), inst.name);
-    if (launched) return;
-  }
+  if (!sync && run_one_launch(plan, c, ctx, ws)) return;
 
   BnReduceParams r;
   r.shape = v.shape;
@@ -293,16 +305,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
   if (c.pass == BnPass::FwdTrain) {
     r.x = c.x;
     if (!c.local_empty) f = finalize_params(plan, v, ws, run_reduce(plan, r, v, false, ctx));
-    f.eps = c.desc->epsilon;
-    f.cumulative = c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE;
-    f.factor = c.desc->momentum;
-    f.num_batches_tracked = c.num_batches_tracked;
-    f.gamma = c.gamma;
-    f.beta = c.beta;
-    f.running_mean = c.running_mean;
-    f.running_var = c.running_var;
-    f.saved_mean = c.saved_mean;
-    f.saved_invstd = c.saved_invstd;
+    set_channel_io(f, c);
     finalize(c, plan, ws, f, launch_bn_finalize_fwd, launch_bn_finalize_fwd_sync, ctx.stream);
     if (c.local_empty) {
       if (c.num_batches_tracked != nullptr)
@@ -323,12 +326,7 @@ void run_native(fnorm_handle *h, fnorm_stream_t stream, const BnCall &c) {
     r.mask = relu ? static_cast<const uint32_t *>(c.reserve) : nullptr;
     r.mean = c.saved_mean_in;
     if (!c.local_empty) f = finalize_params(plan, v, ws, run_reduce(plan, r, v, true, ctx));
-    f.gamma = c.gamma;
-    f.in_mean = c.saved_mean_in;
-    f.in_invstd = c.saved_invstd_in;
-    f.dgamma = c.dgamma;
-    f.dbeta = c.dbeta;
-    f.global_weight_grads = (c.desc->sync_flags & FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS) != 0;
+    set_channel_io(f, c);
     if (sync && c.local_empty && !f.global_weight_grads) {  // this rank's sums over no samples
       const size_t bytes = static_cast<size_t>(v.shape.channels) * 4;
       if (c.dgamma != nullptr) check_cuda(cudaMemsetAsync(c.dgamma, 0, bytes, ctx.stream), "cudaMemsetAsync");
