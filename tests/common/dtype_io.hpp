@@ -1,6 +1,6 @@
 // Helpers of the GPU tests: the skip when there is no GPU, a CUDA call that
 // must succeed, a device buffer that frees itself, a host parallel loop for
-// the references, element sizes and names,
+// the references, element sizes and names, the random seed,
 // and one element of a device-dtype buffer read as double / written from
 // float on the host (16-bit formats rounded to nearest even, as the device
 // does).
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,16 @@ inline void store_host(unsigned char *base, fnorm_dtype_t t, int64_t i, float v)
     const uint16_t h = t == FNORM_DTYPE_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
     std::memcpy(base + 2 * i, &h, 2);
   }
+}
+
+// The test's random seed: FNORM_TEST_SEED if set, else the clock; printed
+// so that a failing run can be repeated.
+inline uint64_t test_seed() {
+  const char *env = std::getenv("FNORM_TEST_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 0)
+                            : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("seed %llu (set FNORM_TEST_SEED to repeat)\n", static_cast<unsigned long long>(seed));
+  return seed;
 }
 
 }  // namespace fnorm_test

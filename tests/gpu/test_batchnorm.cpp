@@ -565,10 +565,7 @@ void run_huge_case(Ctx &ctx) {
 int main() {
   if (skip_without_gpu()) return 77;
   Ctx ctx;
-  const char *env_seed = std::getenv("FNORM_TEST_SEED");
-  ctx.seed = env_seed ? std::strtoull(env_seed, nullptr, 0)
-                      : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  std::printf("seed %llu (set FNORM_TEST_SEED to repeat)\n", static_cast<unsigned long long>(ctx.seed));
+  ctx.seed = test_seed();
   CHECK_STATUS(fnorm_create(&ctx.handle), FNORM_STATUS_SUCCESS);
   const bool quick = std::getenv("FNORM_TEST_QUICK") != nullptr;
   const fnorm_dtype_t dtypes[] = {FNORM_DTYPE_FLOAT32, FNORM_DTYPE_FLOAT16, FNORM_DTYPE_BFLOAT16};

@@ -9,15 +9,13 @@
 
 #include "api_check.hpp"
 #include "check.hpp"
+#include "fake_handle.hpp"
 #include "fusednorm.h"
 #include "internal.hpp"
 
 using namespace fnorm_test;
 
 namespace {
-
-
-
 
 struct Norm {
   fnorm_norm_desc_t d = nullptr;
@@ -140,16 +138,6 @@ void test_norm_desc() {
   CHECK_STATUS(fnorm_norm_desc_get(n.d, nullptr, &axis, &eps), FNORM_STATUS_SUCCESS);
   CHECK_EQ(axis, -2);
   CHECK_EQ(eps, 1e-6);
-}
-
-// A handle that needs no GPU: validation happens before any device work.
-fnorm_handle *fake_handle() {
-  static fnorm_handle fake;
-  fake.device = 0;
-  fake.info.sm_count = 132;
-  fake.info.max_smem_optin = 227 * 1024;
-  fake.info.max_threads_per_sm = 2048;
-  return &fake;
 }
 
 fnorm_status_t fwd(fnorm_handle_t h, fnorm_norm_desc_t n, fnorm_tensor_desc_t x, const void *px,

@@ -8,6 +8,7 @@
 
 #include "api_check.hpp"
 #include "check.hpp"
+#include "fake_handle.hpp"
 #include "fusednorm.h"
 #include "internal.hpp"
 
@@ -15,23 +16,11 @@ using namespace fnorm_test;
 
 namespace {
 
-
-
-
 struct Bn {
   fnorm_batchnorm_desc_t d = nullptr;
   Bn() { fnorm_batchnorm_desc_create(&d); }
   ~Bn() { fnorm_batchnorm_desc_destroy(d); }
 };
-
-fnorm_handle *fake_handle() {
-  static fnorm_handle fake;
-  fake.device = 0;
-  fake.info.sm_count = 132;
-  fake.info.max_smem_optin = 227 * 1024;
-  fake.info.max_threads_per_sm = 2048;
-  return &fake;
-}
 
 void test_desc() {
   Bn bn;

@@ -534,10 +534,7 @@ int main() {
   }
   fnorm_linear_desc_destroy(probe);
   Ctx ctx;
-  const char *env_seed = std::getenv("FNORM_TEST_SEED");
-  ctx.seed = env_seed ? std::strtoull(env_seed, nullptr, 0)
-                      : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  std::printf("seed %llu (set FNORM_TEST_SEED to repeat)\n", static_cast<unsigned long long>(ctx.seed));
+  ctx.seed = test_seed();
   CHECK_STATUS(fnorm_create(&ctx.fused), FNORM_STATUS_SUCCESS);
   // The library reads FNORM_LINEAR_UNFUSED when a handle first uses the
   // layer: a second handle created with it set takes the unfused paths.

@@ -9,6 +9,7 @@
 
 #include "api_check.hpp"
 #include "check.hpp"
+#include "fake_handle.hpp"
 #include "fusednorm.h"
 #include "internal.hpp"
 #include "linear_kernels.hpp"
@@ -16,9 +17,6 @@
 using namespace fnorm_test;
 
 namespace {
-
-
-
 
 struct Lin {
   fnorm_linear_desc_t d = nullptr;
@@ -29,15 +27,6 @@ struct Lin {
   }
   ~Lin() { fnorm_linear_desc_destroy(d); }
 };
-
-fnorm_handle *fake_handle() {
-  static fnorm_handle fake;
-  fake.device = 0;
-  fake.info.sm_count = 132;
-  fake.info.max_smem_optin = 227 * 1024;
-  fake.info.max_threads_per_sm = 2048;
-  return &fake;
-}
 
 constexpr size_t kCublas = size_t{32} << 20, kSlack = 256;
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
