@@ -18,7 +18,7 @@ Method (bench/README.md says more):
   copy, read + write counted), and every GB/s is also given as % of it.
 - Before timing, our outputs are compared with PyTorch's on the same input.
 
-Usage: bench_layernorm.py --out DIR [--quick] [--ops OP,OP,...]
+Usage: bench_layernorm.py --out DIR [--quick] [--ops OP,OP,...] [--shapes [DTYPE:]COLS|ROWSxCOLS,...]
 Writes DIR/<gpu>.json (the schema of shared/design.md section 6) and DIR/<gpu>.md.
 """
 from __future__ import annotations
@@ -513,7 +513,21 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="every third shape of each op, fewer repetitions")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
+    ap.add_argument("--shapes", default="", help="comma-separated subset of shapes: COLS or ROWSxCOLS, optionally DTYPE:...")
     args = ap.parse_args()
+    wanted = [w.strip() for w in args.shapes.split(",") if w.strip()]
+
+    def shape_wanted(dt: str, r: int, c: int) -> bool:
+        if not wanted:
+            return True
+        for w in wanted:
+            wdt, _, shape = w.rpartition(":")
+            if wdt and wdt != dt:
+                continue
+            if shape == str(c) or shape == f"{r}x{c}":
+                return True
+        return False
+
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in OPS]
     if unknown:
@@ -523,7 +537,7 @@ def main() -> int:
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
     rows, errors = [], []
     for op, dt, r, c in plan(args.quick):
-        if op not in ops:
+        if op not in ops or not shape_wanted(dt, r, c):
             continue
         try:
             row = (bench_bwd if op.endswith("_bwd") else bench_fwd)(B, op, dt, r, c)

@@ -111,26 +111,26 @@ def norm_fwd_instances(dtypes) -> list[Instance]:
     return out
 
 
-# Backward keeps x and dy (as stored) and the two fp32 dgamma/dbeta
-# accumulators per value: at most 64 bytes of x per thread (four 16-byte
-# packs: 32 fp16/bf16 values or 16 fp32 values) in its register tiers.
-BWD_MAX_BYTES_PER_THREAD = 64
+# Backward's register tiers keep two fp32 accumulators (dgamma, dbeta) per
+# value a thread owns; x and dy wait in shared memory (a ring of rows copied
+# ahead with cp.async), not in registers. At most 32 values per thread: 64
+# accumulator registers, within the 128 a 512-thread block may use.
+BWD_MAX_ELEMS_PER_THREAD = 32
 
 
-def _bwd_fits(dtype: str, pack: int, n: int) -> bool:
-    return n * pack * DTYPES[dtype][2] <= BWD_MAX_BYTES_PER_THREAD
+# The warp tier's rings also stay within 64 bytes of each of x and dy per
+# thread: fp32 at 32 values per lane (1024 columns) ran at 64% of copy
+# bandwidth on the H200 against 72% for a block of 128 threads at 8 values.
+BWD_WARP_MAX_BYTES_PER_THREAD = 64
 
 
 def bwd_warp_npacks(dtype: str, pack: int) -> list[int]:
-    return [n for n in (1, 2, 4, 8, 16, 32) if _bwd_fits(dtype, pack, n)]
+    return [n for n in (1, 2, 4, 8, 16, 32)
+            if n * pack <= BWD_MAX_ELEMS_PER_THREAD and n * pack * DTYPES[dtype][2] <= BWD_WARP_MAX_BYTES_PER_THREAD]
 
 
 def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
-    # At the 512-thread block's 128 registers, 16 packs of 1 spilled, and so
-    # did 32 bf16 values per thread (368 bytes; bf16 backward then ran 1.2-2x
-    # slower than at 16 values, H200, 2026-11-22). fp16 at 32 values did not.
-    limit = 16 if dtype == "bf16" else 32
-    return [n for n in (2, 4, 8) if _bwd_fits(dtype, pack, n) and n * pack <= limit]
+    return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
 
 
 def norm_bwd_instances(dtypes) -> list[Instance]:

@@ -171,4 +171,47 @@ __device__ __forceinline__ Welford welford_chunk(Welford acc, const float (&v)[N
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Asynchronous global -> shared copies (cp.async, sm_80 and later): the
+// loads stay in flight without holding registers. A thread sees its own
+// copies after cp_async_wait<N>() returns for their group; other threads need
+// a barrier as well. 16-byte copies bypass L1 (.cg); 4- and 8-byte copies
+// take .ca (the only form PTX has for them). Two-byte copies, and every copy
+// on older GPUs, are ordinary loads and stores (synchronous).
+// Assumptions: smem and gmem are aligned to BYTES.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void *smem, const void *gmem) {
+  static_assert(BYTES == 2 || BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (BYTES >= 4) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    if constexpr (BYTES == 16) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(BYTES) : "memory");
+    }
+    return;
+  }
+#endif
+  struct alignas(BYTES) Chunk {
+    unsigned char b[BYTES];
+  };
+  *static_cast<Chunk *>(smem) = *static_cast<const Chunk *>(gmem);
+}
+
+// Closes the group of the cp_async calls issued since the last commit (an
+// empty group is allowed, so every thread can commit once per step).
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 }  // namespace fnorm

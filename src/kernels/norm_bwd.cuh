@@ -6,10 +6,13 @@
 //   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
 //
 // Tiers:
-//   Warp / BlockRegisters  the row's x_hat and g stay in registers between the
-//            row reduction (c1, c2) and dx; each thread owns fixed columns for
-//            all the rows it visits, so it accumulates dgamma/dbeta in
-//            registers. One partial row per block goes to the workspace.
+//   Warp / BlockRegisters  a group of lanes / a block per row; each thread
+//            owns fixed columns for all the rows it visits, so it accumulates
+//            dgamma/dbeta in registers. Its x and dy come through a
+//            thread-private ring in shared memory, filled by cp.async one row
+//            ahead: the next row's loads are in flight while this row's
+//            reduction (c1, c2) and dx run. One partial row per block goes to
+//            the workspace.
 //   ColumnTiled  any row length: a first kernel reduces (c1, c2) per row, a
 //            second walks column tiles over a slice of rows, writes dx and
 //            accumulates its columns' partial sums.
@@ -23,6 +26,11 @@
 #include "params.hpp"
 
 namespace fnorm {
+
+// (rstd, -rstd * c2, -rstd * c1): the per-row constants of store_dx.
+__device__ __forceinline__ float3 dx_coefs(float rstd, float c1, float c2) {
+  return make_float3(rstd, -rstd * c2, -rstd * c1);
+}
 
 template <typename T, int PACK>
 struct BwdRowIo {
@@ -57,11 +65,13 @@ struct BwdRowIo {
     load_raw(row, col, xr, dyr);
     derive(xr, dyr, col, mean, rstd, xh, g, dyv);
   }
-  __device__ __forceinline__ void store_dx(int64_t row, int64_t col, float rstd, float c1, float c2,
+  // dx = rstd * (g - c1 - x_hat * c2) as two FMAs: rstd * g + (x_hat * a + b)
+  // with a = -rstd * c2, b = -rstd * c1 (dx_coefs).
+  __device__ __forceinline__ void store_dx(int64_t row, int64_t col, const float3 &k,
                                            const float (&xh)[PACK], const float (&g)[PACK]) const {
     float dx[PACK];
 #pragma unroll
-    for (int i = 0; i < PACK; ++i) dx[i] = rstd * (g[i] - c1 - xh[i] * c2);
+    for (int i = 0; i < PACK; ++i) dx[i] = fmaf(k.x, g[i], fmaf(xh[i], k.y, k.z));
     if (p.dsum != nullptr) {
       float ds[PACK];
       load_pack<T, PACK>(static_cast<const T *>(p.dsum) + row * p.dy_row_stride + col, ds);
@@ -72,42 +82,87 @@ struct BwdRowIo {
   }
 };
 
-// One row held by `width` threads, NPACK packs each (pack k of lane l at
-// column (k * width + l) * PACK); dg/db accumulate this thread's columns.
-// x and dy are loaded as stored (T: half the registers of fp32 for 16-bit
-// data), all packs before any arithmetic.
+constexpr int kBwdStages = kNormBwdStages;
+
+// A thread-private ring of rows in dynamic shared memory: for each stage,
+// this thread's NPACK packs of x and of dy (as stored) and the row's (mean,
+// rstd). Layout [stage][x, dy][k][thread] of packs, then [stage][thread] of
+// float2: consecutive threads touch consecutive slots (no bank conflicts).
+// Each thread reads only what it copied, so the ring needs no barriers.
+template <typename T, int PACK, int NPACK>
+struct BwdStaging {
+  using P = Pack<T, PACK>;
+  static_assert(sizeof(P) == PACK * sizeof(T), "packs are dense");
+  static constexpr size_t bytes(int threads) {  // host side (launch); constant-folded in static_asserts
+    return norm_bwd_staging_bytes(threads, NPACK, PACK, sizeof(T));
+  }
+  P *packs;
+  float2 *stats;
+  int threads;
+  __device__ BwdStaging(unsigned char *smem, int threads_)
+      : packs(reinterpret_cast<P *>(smem)),
+        stats(reinterpret_cast<float2 *>(smem + static_cast<size_t>(kBwdStages) * threads_ * 2 * NPACK * sizeof(P))),
+        threads(threads_) {}
+  __device__ __forceinline__ P &slot(int s, int j, int k) const {
+    return packs[((s * 2 + j) * NPACK + k) * threads + static_cast<int>(threadIdx.x)];
+  }
+  __device__ __forceinline__ float2 &stat(int s) const { return stats[s * threads + static_cast<int>(threadIdx.x)]; }
+
+  // Starts copying this thread's share of `row` (pack k at column
+  // (k * width + lane) * PACK) into stage s, then commits one group (empty
+  // when the row is not active: one group per step keeps the counts uniform).
+  __device__ __forceinline__ void issue(const NormBwdParams &p, int64_t row, bool active, int lane,
+                                        int width, int s) const {
+    if (active) {
+      const int64_t packs_per_row = p.cols / PACK;
+      const T *x = static_cast<const T *>(p.x) + row * p.x_row_stride;
+      const T *dy = static_cast<const T *>(p.dy) + row * p.dy_row_stride;
+#pragma unroll
+      for (int k = 0; k < NPACK; ++k) {
+        const int64_t pk = static_cast<int64_t>(k) * width + lane;
+        if (pk < packs_per_row) {
+          cp_async<sizeof(P)>(&slot(s, 0, k), x + pk * PACK);
+          cp_async<sizeof(P)>(&slot(s, 1, k), dy + pk * PACK);
+        }
+      }
+      if (!p.rms) cp_async<4>(&stat(s).x, p.mean + row);
+      cp_async<4>(&stat(s).y, p.rstd + row);
+    }
+    cp_async_commit();
+  }
+};
+
+// One row from stage s of the ring, held by `width` threads: (c1, c2) over
+// the row, this thread's columns of dgamma/dbeta accumulated in registers,
+// then dx. Up to 16 values per thread, x_hat and g stay in registers between
+// the passes (shared memory is read once); above that they are derived again
+// from the ring (registers are the occupancy limit there).
 template <typename T, int PACK, int NPACK, class AllReduce2>
-__device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, int64_t row,
-                                                       bool active, int lane, int width,
-                                                       AllReduce2 allreduce2,
-                                                       float (&dg)[NPACK][PACK],
-                                                       float (&db)[NPACK][PACK]) {
+__device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
+                                                    const BwdStaging<T, PACK, NPACK> &st, int s,
+                                                    int64_t row, bool active, int lane, int width,
+                                                    AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
+                                                    float (&db)[NPACK][PACK]) {
+  // Measured on the H200 (fp16, 49152 rows): keeping them took 4096 and 8192
+  // columns from 67% to 76% of copy bandwidth; at 32 values the registers
+  // cost more than the second read (1 block of 512 threads per SM either way).
+  constexpr bool kKeepDerived = NPACK * PACK <= 16;
   const BwdRowIo<T, PACK> io{p};
   const int64_t packs_per_row = p.cols / PACK;
   float mean = 0.f, rstd = 0.f;
   if (active) {
-    mean = p.rms ? 0.f : p.mean[row];
-    rstd = p.rstd[row];
+    const float2 m = st.stat(s);
+    mean = p.rms ? 0.f : m.x;
+    rstd = m.y;
   }
-  // Up to 16 values per thread, x_hat and g stay in registers between the
-  // passes; above that only x and dy (as stored) do, and x_hat / g are derived
-  // again for dx (measured on the H200: keeping them was 15% faster at 16
-  // values, re-deriving let 32 values fit without spilling).
-  constexpr bool kKeepDerived = NPACK * PACK <= 16;
-  Pack<T, PACK> xr[NPACK], dyr[NPACK];
   float xh_keep[kKeepDerived ? NPACK : 1][PACK], g_keep[kKeepDerived ? NPACK : 1][PACK];
-#pragma unroll
-  for (int k = 0; k < NPACK; ++k) {
-    const int64_t pk = static_cast<int64_t>(k) * width + lane;
-    if (active && pk < packs_per_row) io.load_raw(row, pk * PACK, xr[k], dyr[k]);
-  }
   float2 acc = make_float2(0.f, 0.f);
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
     if (active && pk < packs_per_row) {
       float xh[PACK], g[PACK], dyv[PACK];
-      io.derive(xr[k], dyr[k], pk * PACK, mean, rstd, xh, g, dyv);
+      io.derive(st.slot(s, 0, k), st.slot(s, 1, k), pk * PACK, mean, rstd, xh, g, dyv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
         acc.x += g[i];
@@ -123,30 +178,57 @@ __device__ __forceinline__ void norm_bwd_row_registers(const NormBwdParams &p, i
   }
   acc = allreduce2(acc);
   const float inv_cols = 1.f / static_cast<float>(p.cols);
-  const float c1 = p.rms ? 0.f : acc.x * inv_cols;
-  const float c2 = acc.y * inv_cols;
+  const float3 kdx = dx_coefs(rstd, p.rms ? 0.f : acc.x * inv_cols, acc.y * inv_cols);
   if (!active) return;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
     if (pk < packs_per_row) {
       if constexpr (kKeepDerived) {
-        io.store_dx(row, pk * PACK, rstd, c1, c2, xh_keep[k], g_keep[k]);
+        io.store_dx(row, pk * PACK, kdx, xh_keep[k], g_keep[k]);
       } else {
         float xh[PACK], g[PACK], dyv[PACK];
-        io.derive(xr[k], dyr[k], pk * PACK, mean, rstd, xh, g, dyv);
-        io.store_dx(row, pk * PACK, rstd, c1, c2, xh, g);
+        io.derive(st.slot(s, 0, k), st.slot(s, 1, k), pk * PACK, mean, rstd, xh, g, dyv);
+        io.store_dx(row, pk * PACK, kdx, xh, g);
       }
     }
   }
 }
 
+// The rows base + group, base + stride + group, ... (base block-uniform, so
+// every thread reaches every reduction; rows past the end compute on nothing
+// and store nothing), kBwdStages - 1 rows copied ahead of the one worked on.
+template <typename T, int PACK, int NPACK, class AllReduce2>
+__device__ __forceinline__ void norm_bwd_rows_staged(const NormBwdParams &p,
+                                                     const BwdStaging<T, PACK, NPACK> &st, int64_t base,
+                                                     int64_t stride, int group, int lane, int width,
+                                                     AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
+                                                     float (&db)[NPACK][PACK]) {
+#pragma unroll
+  for (int s = 0; s + 1 < kBwdStages; ++s) {
+    const int64_t row = base + s * stride + group;
+    st.issue(p, row, row < p.rows, lane, width, s);
+  }
+  int s = 0;
+  for (; base < p.rows; base += stride) {
+    const int64_t ahead = base + (kBwdStages - 1) * stride + group;
+    st.issue(p, ahead, ahead < p.rows, lane, width, s == 0 ? kBwdStages - 1 : s - 1);
+    cp_async_wait<kBwdStages - 1>();  // this row's group has landed
+    const int64_t row = base + group;
+    norm_bwd_row_staged<T, PACK, NPACK>(p, st, s, row, row < p.rows, lane, width, allreduce2, dg, db);
+    s = s + 1 == kBwdStages ? 0 : s + 1;
+  }
+  cp_async_wait<0>();
+}
+
 constexpr int kBwdWarpBlock = 128;
 
+// Assumptions: blockDim.x == kBwdWarpBlock; dynamic shared memory holds
+// BwdStaging<T, PACK, NPACK>::bytes(kBwdWarpBlock).
 template <typename T, int PACK, int NPACK>
 __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdParams p) {
-  // Partial sums of the block's groups, combined in group order.
-  __shared__ float combine[kBwdWarpBlock * NPACK * PACK];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const BwdStaging<T, PACK, NPACK> st(smem_raw, kBwdWarpBlock);
   const int width = 1 << p.width_log2;
   const int lane = threadIdx.x & (width - 1);
   const int groups_per_block = kBwdWarpBlock >> p.width_log2;
@@ -156,14 +238,16 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
   for (int k = 0; k < NPACK; ++k)
 #pragma unroll
     for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
-       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
-    const int64_t row = base + group;
-    norm_bwd_row_registers<T, PACK, NPACK>(
-        p, row, row < p.rows, lane, width,
-        [width](float2 v) { return group_allreduce<Sum2Op>(v, width); }, dg, db);
-  }
+  norm_bwd_rows_staged<T, PACK, NPACK>(
+      p, st, static_cast<int64_t>(blockIdx.x) * groups_per_block,
+      static_cast<int64_t>(gridDim.x) * groups_per_block, group, lane, width,
+      [width](float2 v) { return group_allreduce<Sum2Op>(v, width); }, dg, db);
   if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;
+  // The block's groups' partial sums, combined in group order, in the
+  // staging ring's memory (free now: every copy landed, every thread is past
+  // its last read after the barrier; launch_norm_bwd asserts that it fits).
+  float *combine = reinterpret_cast<float *>(smem_raw);
+  __syncthreads();
   const int64_t cols_covered = static_cast<int64_t>(width) * NPACK * PACK;
   for (int which = 0; which < 2; ++which) {
     float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
@@ -185,22 +269,23 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
 }
 
 // Assumptions: blockDim.x == p.block_threads, a multiple of 32, <= 512;
-// p.cols <= blockDim.x * NPACK * PACK.
+// p.cols <= blockDim.x * NPACK * PACK; dynamic shared memory holds
+// BwdStaging<T, PACK, NPACK>::bytes(blockDim.x).
 template <typename T, int PACK, int NPACK>
 __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float2 scratch_storage[32];
   float2 *scratch = scratch_storage;
+  const BwdStaging<T, PACK, NPACK> st(smem_raw, static_cast<int>(blockDim.x));
   float dg[NPACK][PACK], db[NPACK][PACK];
 #pragma unroll
   for (int k = 0; k < NPACK; ++k)
 #pragma unroll
     for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
   const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    norm_bwd_row_registers<T, PACK, NPACK>(
-        p, row, true, lane, width, [scratch](float2 v) { return block_allreduce<Sum2Op>(v, scratch); },
-        dg, db);
-  }
+  norm_bwd_rows_staged<T, PACK, NPACK>(
+      p, st, blockIdx.x, gridDim.x, 0, lane, width,
+      [scratch](float2 v) { return block_allreduce<Sum2Op>(v, scratch); }, dg, db);
   const int64_t packs_per_row = p.cols / PACK;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
@@ -268,7 +353,7 @@ __global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(N
         dg[i] += dyv[i] * xh[i];
         db[i] += dyv[i];
       }
-      io.store_dx(row, pk * PACK, rstd, p.row_coef[2 * row], p.row_coef[2 * row + 1], xh, g);
+      io.store_dx(row, pk * PACK, dx_coefs(rstd, p.row_coef[2 * row], p.row_coef[2 * row + 1]), xh, g);
     }
   }
   for (int which = 0; which < 2; ++which) {
@@ -301,6 +386,16 @@ const void *norm_bwd_kernel() {
   }
 }
 
+// Dynamic shared memory of the main kernel at `threads` per block.
+template <typename T, int PACK, Tier TIER, int NPACK>
+constexpr size_t norm_bwd_smem(int threads) {
+  if constexpr (TIER == Tier::ColumnTiled) {
+    return 0;
+  } else {
+    return BwdStaging<T, PACK, NPACK>::bytes(threads);
+  }
+}
+
 // The grid of the main kernel; it is also the number of partial rows.
 template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int *grid) {
@@ -308,12 +403,15 @@ cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int 
   const int64_t sms = ctx.dev.sm_count;
   int occ = 0;
   if constexpr (TIER == Tier::Warp) {
-    cudaError_t err = cached_occupancy(ctx.cache, kernel, kBwdWarpBlock, 0, &occ);
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, kBwdWarpBlock,
+                                       norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), &occ);
     if (err != cudaSuccess) return err;
+    if (occ == 0) return cudaErrorInvalidConfiguration;
     const int64_t groups_per_block = kBwdWarpBlock >> p.width_log2;
-    *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * std::max(occ, 1)));
+    *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads, 0, &occ);
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads,
+                                       norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
     *grid = static_cast<int>(std::min(p.rows, sms * occ));
@@ -332,10 +430,14 @@ cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int 
 template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
   if constexpr (TIER == Tier::Warp) {
-    norm_bwd_warp_kernel<T, PACK, NPACK><<<p.grid, kBwdWarpBlock, 0, ctx.stream>>>(p);
+    static_assert(kBwdWarpBlock * NPACK * PACK * sizeof(float) <= norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock),
+                  "the group combine buffer fits in the staging ring");
+    norm_bwd_warp_kernel<T, PACK, NPACK>
+        <<<p.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), ctx.stream>>>(p);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    static_assert(NPACK * PACK * sizeof(T) <= 64, "registers: x, dy (as T) and two fp32 accumulators per value at 512 threads");
-    norm_bwd_block_kernel<T, PACK, NPACK><<<p.grid, p.block_threads, 0, ctx.stream>>>(p);
+    static_assert(NPACK * PACK <= 32, "registers: two fp32 accumulators per value at 512 threads");
+    norm_bwd_block_kernel<T, PACK, NPACK>
+        <<<p.grid, p.block_threads, norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), ctx.stream>>>(p);
   } else {
     static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
     int occ = 0;

@@ -91,6 +91,22 @@ struct NormBwdParams {
   int grid = 0;  // blocks (= partial rows); from the instance's grid function
 };
 
+#ifndef FNORM_NORM_BWD_STAGES
+#define FNORM_NORM_BWD_STAGES 2
+#endif
+// Backward register tiers: rows of x/dy a thread has in flight (cp.async into
+// shared memory) while it works on the row before them, plus that row.
+constexpr int kNormBwdStages = FNORM_NORM_BWD_STAGES;
+static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and one in flight");
+
+// Dynamic shared memory of the backward register tiers' staging ring at
+// `threads` per block: per stage and thread, npack packs of x and of dy and
+// the row's (mean, rstd).
+constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(kNormBwdStages) * static_cast<size_t>(threads) *
+         (2 * static_cast<size_t>(npack) * static_cast<size_t>(pack) * elem_bytes + 2 * sizeof(float));
+}
+
 using NormFwdLaunchFn = cudaError_t (*)(const NormFwdParams &, const LaunchContext &);
 using NormBwdLaunchFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &);
 // The grid (and so the number of partial rows) the launch will use.

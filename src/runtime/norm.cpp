@@ -237,9 +237,11 @@ const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t 
 // first reduction): the narrowest power-of-two group that gets there, then
 // the fewest packs per thread that cover the row. Returns false when the row
 // is too long for registers.
-template <class Instance>
+// `fits(tier, npack, threads)` says whether an instance may run at that many
+// threads per block (registers / shared memory of the op).
+template <class Instance, class Fits>
 bool plan_register_tiers(const Instance *table, size_t count, const RowView &view, const DeviceInfo &dev,
-                         int64_t target_npack, int64_t max_block, Plan<Instance> &plan) {
+                         int64_t target_npack, int64_t max_block, Fits fits, Plan<Instance> &plan) {
   const int64_t packs = view.cols / plan.pack;
   int width_log2 = 0;
   while ((target_npack << width_log2) < packs && width_log2 < 5) ++width_log2;
@@ -252,7 +254,7 @@ bool plan_register_tiers(const Instance *table, size_t count, const RowView &vie
     ++width_log2;
   const int64_t need = (packs + (int64_t{1} << width_log2) - 1) >> width_log2;
   plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::Warp,
-                               [need](int n) { return n >= need; });
+                               [&](int n) { return n >= need && fits(Tier::Warp, n, 128); });
   if (plan.instance != nullptr) {
     plan.tier = Tier::Warp;
     plan.npack = plan.instance->npack;
@@ -262,7 +264,7 @@ bool plan_register_tiers(const Instance *table, size_t count, const RowView &vie
   // One block per row: a whole number of warps holding the row.
   auto block_for = [packs](int n) { return ceil_div(ceil_div(packs, n), 32) * 32; };
   plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::BlockRegisters,
-                               [&](int n) { return block_for(n) <= max_block; });
+                               [&](int n) { return block_for(n) <= max_block && fits(Tier::BlockRegisters, n, block_for(n)); });
   if (plan.instance == nullptr) return false;
   plan.tier = Tier::BlockRegisters;
   plan.npack = plan.instance->npack;
@@ -277,7 +279,8 @@ auto any_npack = [](int) { return true; };
 NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) {
   NormFwdPlan plan;
   plan.pack = pack;
-  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, 4, 1024, plan)) {
+  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, 4, 1024,
+                           [](Tier, int, int64_t) { return true; }, plan)) {
     // Static shared memory of the block kernels (reduction scratch) is small;
     // keep 1 KiB of margin for it.
     const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * dtype_size(view.dtype);
@@ -295,10 +298,22 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) 
 NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) {
   NormBwdPlan plan;
   plan.pack = pack;
-  // Backward holds x and dy (as stored) and two fp32 accumulators per value:
-  // four packs per thread as the forward, blocks of at most 512 threads (128
-  // registers each).
-  if (!plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 4, 512, plan)) {
+  // Backward holds two fp32 accumulators per value in registers (x and dy
+  // wait in a shared-memory ring): four packs per thread as the forward,
+  // blocks of at most 512 threads (128 registers each), rings that fit the
+  // device's shared memory.
+  const size_t elem = dtype_size(view.dtype);
+  auto fits = [&](Tier, int n, int64_t threads) {
+    return norm_bwd_staging_bytes(static_cast<int>(threads), n, pack, elem) + 1024 <=
+           static_cast<size_t>(dev.max_smem_optin);
+  };
+  const bool registers = plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 4, 512, fits, plan);
+  // A block per row needs several rows per block to keep its ring busy; with
+  // fewer rows than 8 per multiprocessor (1024 x 12288 bf16 ran at 22% of
+  // copy bandwidth that way on the H200) column tiles spread the work wider.
+  if (!registers || (plan.tier == Tier::BlockRegisters && view.rows < 8 * int64_t{dev.sm_count})) {
+    plan = NormBwdPlan{};
+    plan.pack = pack;
     plan.tier = Tier::ColumnTiled;
     plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
   }

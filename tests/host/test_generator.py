@@ -36,8 +36,10 @@ class InstanceListTest(unittest.TestCase):
                 if i.op == "norm_fwd":
                     self.assertLessEqual(i.npack * i.pack, instances.WARP_MAX_ELEMS_PER_THREAD)
                 else:
-                    self.assertLessEqual(i.npack * i.pack * instances.DTYPES[i.dtype][2],
-                                         instances.BWD_MAX_BYTES_PER_THREAD)
+                    self.assertLessEqual(i.npack * i.pack, instances.BWD_MAX_ELEMS_PER_THREAD)
+                    if i.tier == "warp":
+                        self.assertLessEqual(i.npack * i.pack * instances.DTYPES[i.dtype][2],
+                                             instances.BWD_WARP_MAX_BYTES_PER_THREAD)
             else:
                 self.assertEqual(i.npack, 0)
 
