@@ -22,6 +22,8 @@
 
 #include <algorithm>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "params.hpp"
 
@@ -268,30 +270,88 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
   }
 }
 
+// All-reduce of a float2 over a cluster of p.cluster blocks that share a row
+// (thread block clusters, sm_90): each block's sum goes to a slot in its
+// shared memory, one cluster barrier, then every thread adds the slots of
+// all blocks in rank order (the same bits in every block). Two slots
+// alternate by row, so a slot is rewritten only after the next row's barrier,
+// which every block passes after reading it.
+struct ClusterSum2 {
+  float2 *scratch;  // 32 entries: block_allreduce's
+  float2 *slots;    // 2 entries
+  int cluster;
+  __device__ __forceinline__ float2 operator()(float2 v, int parity) const {
+    v = block_allreduce<Sum2Op>(v, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group c = cg::this_cluster();
+      if (threadIdx.x == 0) slots[parity] = v;
+      c.sync();
+      float2 t = make_float2(0.f, 0.f);
+      for (int r = 0; r < cluster; ++r) {
+        const float2 *peer = c.map_shared_rank(slots + parity, r);
+        t.x += peer->x;
+        t.y += peer->y;
+      }
+      v = t;
+    }
+#endif
+    return v;
+  }
+};
+
+// One row per block, or per cluster of p.cluster blocks (launched as a thread
+// block cluster): block r of a cluster holds the lanes r * blockDim.x + tid
+// of a row p.cluster * blockDim.x lanes wide, so its columns interleave with
+// its peers' at pack granularity. Partial row of a cluster = its index.
 // Assumptions: blockDim.x == p.block_threads, a multiple of 32, <= 512;
-// p.cols <= blockDim.x * NPACK * PACK; dynamic shared memory holds
-// BwdStaging<T, PACK, NPACK>::bytes(blockDim.x).
-template <typename T, int PACK, int NPACK>
+// p.cols <= p.cluster * blockDim.x * NPACK * PACK; gridDim.x is a multiple
+// of p.cluster; dynamic shared memory holds BwdStaging<T, PACK, NPACK>::bytes(blockDim.x).
+// CLUSTER = false: the plain one-block-per-row kernel (p.cluster == 1),
+// compiled apart so that it carries none of the cluster's registers.
+template <typename T, int PACK, int NPACK, bool CLUSTER>
 __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float2 scratch_storage[32];
-  float2 *scratch = scratch_storage;
+  __shared__ float2 cluster_slots[CLUSTER ? 2 : 1];
   const BwdStaging<T, PACK, NPACK> st(smem_raw, static_cast<int>(blockDim.x));
   float dg[NPACK][PACK], db[NPACK][PACK];
 #pragma unroll
   for (int k = 0; k < NPACK; ++k)
 #pragma unroll
     for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
-  const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
-  norm_bwd_rows_staged<T, PACK, NPACK>(
-      p, st, blockIdx.x, gridDim.x, 0, lane, width,
-      [scratch](float2 v) { return block_allreduce<Sum2Op>(v, scratch); }, dg, db);
+  const int cluster = CLUSTER ? p.cluster : 1;
+  const int rank = static_cast<int>(blockIdx.x) % cluster;
+  const int64_t group_index = blockIdx.x / cluster;
+  const int lane = rank * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+  const int width = cluster * static_cast<int>(blockDim.x);
+  const ClusterSum2 reduce{scratch_storage, cluster_slots, cluster};
+  int parity = 0;
+  if constexpr (CLUSTER) {
+    norm_bwd_rows_staged<T, PACK, NPACK>(
+        p, st, group_index, gridDim.x / cluster, 0, lane, width,
+        [&](float2 v) {
+          v = reduce(v, parity);
+          parity ^= 1;
+          return v;
+        },
+        dg, db);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // No block may leave while a peer can still read its slots.
+    cooperative_groups::this_cluster().sync();
+#endif
+  } else {
+    norm_bwd_rows_staged<T, PACK, NPACK>(
+        p, st, blockIdx.x, gridDim.x, 0, lane, width,
+        [&](float2 v) { return block_allreduce<Sum2Op>(v, scratch_storage); }, dg, db);
+  }
   const int64_t packs_per_row = p.cols / PACK;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
     if (pk >= packs_per_row) continue;
-    const int64_t off = static_cast<int64_t>(blockIdx.x) * p.cols + pk * PACK;
+    const int64_t off = group_index * p.cols + pk * PACK;
 #pragma unroll
     for (int i = 0; i < PACK; ++i) {
       if (p.dgamma_partial != nullptr) p.dgamma_partial[off + i] = dg[k][i];
@@ -380,7 +440,7 @@ const void *norm_bwd_kernel() {
   if constexpr (TIER == Tier::Warp) {
     return reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK>);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    return reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK>);
+    return reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false>);
   } else {
     return reinterpret_cast<const void *>(norm_bwd_tile_kernel<T, PACK>);
   }
@@ -410,11 +470,14 @@ cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int 
     const int64_t groups_per_block = kBwdWarpBlock >> p.width_log2;
     *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
   } else if constexpr (TIER == Tier::BlockRegisters) {
+    // (also opens the cluster kernel's shared memory limit before its launch)
+    if (p.cluster > 1) kernel = reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true>);
     cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads,
                                        norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
-    *grid = static_cast<int>(std::min(p.rows, sms * occ));
+    // Clusters (a row each): as many as the resident blocks make, at least one.
+    *grid = static_cast<int>(std::min(p.rows, std::max<int64_t>(1, sms * occ / p.cluster)));
   } else {
     cudaError_t err = cached_occupancy(ctx.cache, kernel, 32 * kTileRowsPerBlock, 0, &occ);
     if (err != cudaSuccess) return err;
@@ -436,8 +499,25 @@ cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
         <<<p.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), ctx.stream>>>(p);
   } else if constexpr (TIER == Tier::BlockRegisters) {
     static_assert(NPACK * PACK <= 32, "registers: two fp32 accumulators per value at 512 threads");
-    norm_bwd_block_kernel<T, PACK, NPACK>
-        <<<p.grid, p.block_threads, norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), ctx.stream>>>(p);
+    const size_t smem = norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads);
+    if (p.cluster == 1) {
+      norm_bwd_block_kernel<T, PACK, NPACK, false><<<p.grid, p.block_threads, smem, ctx.stream>>>(p);
+    } else {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(static_cast<unsigned>(p.grid) * static_cast<unsigned>(p.cluster));
+      config.blockDim = dim3(static_cast<unsigned>(p.block_threads));
+      config.dynamicSmemBytes = smem;
+      config.stream = ctx.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+      cudaError_t err = cudaLaunchKernelEx(&config, norm_bwd_block_kernel<T, PACK, NPACK, true>, p);
+      if (err != cudaSuccess) return err;
+    }
   } else {
     static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
     int occ = 0;

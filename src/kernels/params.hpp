@@ -18,6 +18,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_smem_optin = 0;  // bytes of dynamic shared memory a block may opt in to
   int max_threads_per_sm = 0;
+  int cc_major = 0;  // compute capability (thread block clusters from 9)
 };
 
 struct LaunchContext {
@@ -88,7 +89,8 @@ struct NormBwdParams {
   bool zero_centered = false;
   int width_log2 = 0;
   int block_threads = 0;
-  int grid = 0;  // blocks (= partial rows); from the instance's grid function
+  int grid = 0;     // partial rows (clusters, or blocks); from the instance's grid function
+  int cluster = 1;  // block-register tier: blocks that share a row (a thread block cluster)
 };
 
 #ifndef FNORM_NORM_BWD_STAGES

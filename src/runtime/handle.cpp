@@ -72,6 +72,7 @@ FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle) {
     h->info.sm_count = prop.multiProcessorCount;
     h->info.max_smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
     h->info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+    h->info.cc_major = prop.major;
     *handle = h.release();
   });
 }

@@ -182,6 +182,7 @@ struct Plan {
   int npack = 0;
   int width_log2 = 0;     // warp tier
   int block_threads = 0;  // block-register tier
+  int cluster = 1;        // backward block-register tier: blocks per row (a cluster)
 };
 using NormFwdPlan = Plan<NormFwdInstance>;
 using NormBwdPlan = Plan<NormBwdInstance>;

@@ -308,15 +308,36 @@ NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) 
            static_cast<size_t>(dev.max_smem_optin);
   };
   const bool registers = plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 4, 512, fits, plan);
-  // A block per row needs several rows per block to keep its ring busy; with
-  // fewer rows than 8 per multiprocessor (1024 x 12288 bf16 ran at 22% of
+  // A block per row needs several rows per block to keep its ring busy: with
+  // fewer than 8 rows per multiprocessor (1024 x 12288 bf16 ran at 22% of
   // copy bandwidth that way on the H200) column tiles spread the work wider.
-  if (!registers || (plan.tier == Tier::BlockRegisters && view.rows < 8 * int64_t{dev.sm_count})) {
-    plan = NormBwdPlan{};
-    plan.pack = pack;
-    plan.tier = Tier::ColumnTiled;
-    plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
+  const bool many_rows = view.rows >= 8 * int64_t{dev.sm_count};
+  if (registers && (plan.tier == Tier::Warp || many_rows)) return plan;
+  // Rows too long for one block: a thread block cluster of 2, 4 or 8 blocks
+  // per row (sm_90), each holding an interleaved share of the columns.
+  if (many_rows && dev.cc_major >= 9) {
+    const int64_t packs = view.cols / pack;
+    for (int cluster : {2, 4, 8}) {
+      auto block_for = [&](int n) { return ceil_div(ceil_div(packs, int64_t{cluster} * n), 32) * 32; };
+      const NormBwdInstance *inst =
+          fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRegisters,
+                       [&](int n) { return block_for(n) <= 512 && fits(Tier::BlockRegisters, n, block_for(n)); });
+      if (inst != nullptr) {
+        plan = NormBwdPlan{};
+        plan.pack = pack;
+        plan.tier = Tier::BlockRegisters;
+        plan.instance = inst;
+        plan.npack = inst->npack;
+        plan.block_threads = static_cast<int>(block_for(inst->npack));
+        plan.cluster = cluster;
+        return plan;
+      }
+    }
   }
+  plan = NormBwdPlan{};
+  plan.pack = pack;
+  plan.tier = Tier::ColumnTiled;
+  plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
   FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "no normalization backward kernel for dtype %s, pack %d in this build",
                 dtype_name(view.dtype), pack);
@@ -355,6 +376,7 @@ NormBwdParams bwd_params_for(const RowView &v, const fnorm_norm_desc *norm, cons
   p.zero_centered = (norm->flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) != 0;
   p.width_log2 = plan.width_log2;
   p.block_threads = plan.block_threads;
+  p.cluster = plan.cluster;
   return p;
 }
 
