@@ -12,10 +12,13 @@
 //            thread-private ring in shared memory, filled by cp.async one row
 //            ahead: the next row's loads are in flight while this row's
 //            reduction (c1, c2) and dx run. One partial row per block goes to
-//            the workspace.
-//   ColumnTiled  any row length: a first kernel reduces (c1, c2) per row, a
-//            second walks column tiles over a slice of rows, writes dx and
-//            accumulates its columns' partial sums.
+//            the workspace. Rows longer than a block holds take a thread
+//            block cluster of 2-8 blocks per row (one partial row per
+//            cluster).
+//   ColumnTiled  any row length, for few rows or GPUs without clusters: a
+//            first kernel reduces (c1, c2) per row, a second walks column
+//            tiles over a slice of rows, writes dx and accumulates its
+//            columns' partial sums.
 // The partial rows are then summed per column in a fixed order
 // (norm_bwd_reduce.cu), so dgamma/dbeta are the same bits run to run.
 #pragma once
