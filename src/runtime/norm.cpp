@@ -237,6 +237,27 @@ const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t 
 // first reduction): the narrowest power-of-two group that gets there, then
 // the fewest packs per thread that cover the row. Returns false when the row
 // is too long for registers.
+// One block per row, or per cluster of `cluster` blocks: a whole number of
+// warps per block holding its share of the row, the fewest packs per thread
+// that `fits` accepts. Leaves `plan` unchanged and returns false when none does.
+template <class Instance, class Fits>
+bool plan_block_tier(const Instance *table, size_t count, const RowView &view, int cluster,
+                     int64_t max_block, Fits fits, Plan<Instance> &plan) {
+  const int64_t packs = view.cols / plan.pack;
+  auto block_for = [&](int n) { return ceil_div(ceil_div(packs, int64_t{cluster} * n), 32) * 32; };
+  const Instance *inst = fewest_npack(table, count, view.dtype, plan.pack, Tier::BlockRegisters, [&](int n) {
+    return block_for(n) <= max_block && fits(Tier::BlockRegisters, n, block_for(n));
+  });
+  if (inst == nullptr) return false;
+  plan.instance = inst;
+  plan.tier = Tier::BlockRegisters;
+  plan.npack = inst->npack;
+  plan.width_log2 = 0;
+  plan.block_threads = static_cast<int>(block_for(inst->npack));
+  plan.cluster = cluster;
+  return true;
+}
+
 // `fits(tier, npack, threads)` says whether an instance may run at that many
 // threads per block (registers / shared memory of the op).
 template <class Instance, class Fits>
@@ -261,15 +282,7 @@ bool plan_register_tiers(const Instance *table, size_t count, const RowView &vie
     plan.width_log2 = width_log2;
     return true;
   }
-  // One block per row: a whole number of warps holding the row.
-  auto block_for = [packs](int n) { return ceil_div(ceil_div(packs, n), 32) * 32; };
-  plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::BlockRegisters,
-                               [&](int n) { return block_for(n) <= max_block && fits(Tier::BlockRegisters, n, block_for(n)); });
-  if (plan.instance == nullptr) return false;
-  plan.tier = Tier::BlockRegisters;
-  plan.npack = plan.instance->npack;
-  plan.block_threads = static_cast<int>(block_for(plan.npack));
-  return true;
+  return plan_block_tier(table, count, view, 1, max_block, fits, plan);
 }
 
 auto any_npack = [](int) { return true; };
@@ -316,22 +329,8 @@ NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) 
   // Rows too long for one block: a thread block cluster of 2, 4 or 8 blocks
   // per row (sm_90), each holding an interleaved share of the columns.
   if (many_rows && dev.cc_major >= 9) {
-    const int64_t packs = view.cols / pack;
     for (int cluster : {2, 4, 8}) {
-      auto block_for = [&](int n) { return ceil_div(ceil_div(packs, int64_t{cluster} * n), 32) * 32; };
-      const NormBwdInstance *inst =
-          fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRegisters,
-                       [&](int n) { return block_for(n) <= 512 && fits(Tier::BlockRegisters, n, block_for(n)); });
-      if (inst != nullptr) {
-        plan = NormBwdPlan{};
-        plan.pack = pack;
-        plan.tier = Tier::BlockRegisters;
-        plan.instance = inst;
-        plan.npack = inst->npack;
-        plan.block_threads = static_cast<int>(block_for(inst->npack));
-        plan.cluster = cluster;
-        return plan;
-      }
+      if (plan_block_tier(kNormBwdInstances, kNormBwdInstanceCount, view, cluster, 512, fits, plan)) return plan;
     }
   }
   plan = NormBwdPlan{};
