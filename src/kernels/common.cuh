@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace fnorm {
 
@@ -39,12 +40,62 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// Assumptions: p is aligned to sizeof(T) * N.
+// A pack moved as one access of an unsigned vector type of its size: a
+// Pack of 16-bit types read through a reference is not always one load (the
+// backward's shared-memory ring became one LDS.U16 per bf16 element, and the
+// L1/shared-memory pipe the bottleneck of that kernel).
+template <int BYTES>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  using type = uint4;
+};
+template <>
+struct VecOf<8> {
+  using type = uint2;
+};
+template <>
+struct VecOf<4> {
+  using type = unsigned;
+};
+template <>
+struct VecOf<2> {
+  using type = unsigned short;
+};
+
+// Packs wider than 16 bytes move as several 16-byte accesses.
+// Assumptions (both): p is aligned to min(sizeof(T) * N, 16).
 template <typename T, int N>
-__device__ __forceinline__ void load_pack(const T *p, float (&out)[N]) {
-  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N> *>(p);
+__device__ __forceinline__ Pack<T, N> ld_pack(const T *p) {
+  constexpr int kBytes = sizeof(T) * N < 16 ? sizeof(T) * N : 16;
+  using V = typename VecOf<kBytes>::type;
+  V w[sizeof(T) * N / kBytes];
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(w) / kBytes); ++i) w[i] = reinterpret_cast<const V *>(p)[i];
+  Pack<T, N> pk;
+  memcpy(&pk, w, sizeof(pk));
+  return pk;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void st_pack(T *p, const Pack<T, N> &pk) {
+  constexpr int kBytes = sizeof(T) * N < 16 ? sizeof(T) * N : 16;
+  using V = typename VecOf<kBytes>::type;
+  V w[sizeof(T) * N / kBytes];
+  memcpy(w, &pk, sizeof(w));
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(w) / kBytes); ++i) reinterpret_cast<V *>(p)[i] = w[i];
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void widen_pack(const Pack<T, N> &pk, float (&out)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = Convert<T>::to_float(pk.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void load_pack(const T *p, float (&out)[N]) {
+  widen_pack<T, N>(ld_pack<T, N>(p), out);
 }
 
 template <typename T, int N>
@@ -52,7 +103,7 @@ __device__ __forceinline__ void store_pack(T *p, const float (&in)[N]) {
   Pack<T, N> pk;
 #pragma unroll
   for (int i = 0; i < N; ++i) pk.v[i] = Convert<T>::from_float(in[i]);
-  *reinterpret_cast<Pack<T, N> *>(p) = pk;
+  st_pack<T, N>(p, pk);
 }
 
 // The value v takes when stored as T (what an unfused op would store).

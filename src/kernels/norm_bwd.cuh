@@ -61,8 +61,8 @@ struct BwdRowIo {
     }
   }
   __device__ __forceinline__ void load_raw(int64_t row, int64_t col, Pack<T, PACK> &xr, Pack<T, PACK> &dyr) const {
-    xr = *reinterpret_cast<const Pack<T, PACK> *>(static_cast<const T *>(p.x) + row * p.x_row_stride + col);
-    dyr = *reinterpret_cast<const Pack<T, PACK> *>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col);
+    xr = ld_pack<T, PACK>(static_cast<const T *>(p.x) + row * p.x_row_stride + col);
+    dyr = ld_pack<T, PACK>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col);
   }
   __device__ __forceinline__ void load(int64_t row, int64_t col, float mean, float rstd,
                                        float (&xh)[PACK], float (&g)[PACK], float (&dyv)[PACK]) const {
@@ -167,7 +167,8 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
     const int64_t pk = static_cast<int64_t>(k) * width + lane;
     if (active && pk < packs_per_row) {
       float xh[PACK], g[PACK], dyv[PACK];
-      io.derive(st.slot(s, 0, k), st.slot(s, 1, k), pk * PACK, mean, rstd, xh, g, dyv);
+      io.derive(ld_pack<T, PACK>(st.slot(s, 0, k).v), ld_pack<T, PACK>(st.slot(s, 1, k).v), pk * PACK, mean,
+                  rstd, xh, g, dyv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
         acc.x += g[i];
@@ -193,7 +194,8 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
         io.store_dx(row, pk * PACK, kdx, xh_keep[k], g_keep[k]);
       } else {
         float xh[PACK], g[PACK], dyv[PACK];
-        io.derive(st.slot(s, 0, k), st.slot(s, 1, k), pk * PACK, mean, rstd, xh, g, dyv);
+        io.derive(ld_pack<T, PACK>(st.slot(s, 0, k).v), ld_pack<T, PACK>(st.slot(s, 1, k).v), pk * PACK, mean,
+                  rstd, xh, g, dyv);
         io.store_dx(row, pk * PACK, kdx, xh, g);
       }
     }
