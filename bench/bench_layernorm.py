@@ -19,6 +19,8 @@ Method (bench/README.md says more):
 - Before timing, our outputs are compared with PyTorch's on the same input.
 
 Usage: bench_layernorm.py --out DIR [--quick] [--ops OP,OP,...] [--shapes [DTYPE:]COLS|ROWSxCOLS,...]
+(a shape given in full, DTYPE:ROWSxCOLS, runs for every op asked even when
+the plan does not hold it)
 Writes DIR/<gpu>.json (the schema of shared/design.md section 6) and DIR/<gpu>.md.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import gc
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -536,9 +539,16 @@ def main() -> int:
     B = Bench(reps=10 if args.quick else 30)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
     rows, errors = [], []
-    for op, dt, r, c in plan(args.quick):
-        if op not in ops or not shape_wanted(dt, r, c):
-            continue
+    todo = [(op, dt, r, c) for op, dt, r, c in plan(args.quick) if op in ops and shape_wanted(dt, r, c)]
+    # A shape given in full (DTYPE:ROWSxCOLS) runs for every op asked even
+    # when the plan does not hold it.
+    for w in wanted:
+        m = re.fullmatch(r"(fp32|fp16|bf16):(\d+)x(\d+)", w)
+        for op in ops if m else ():
+            case = (op, m.group(1), int(m.group(2)), int(m.group(3)))
+            if case not in todo:
+                todo.append(case)
+    for op, dt, r, c in todo:
         try:
             row = (bench_bwd if op.endswith("_bwd") else bench_fwd)(B, op, dt, r, c)
             rows.append(row)
