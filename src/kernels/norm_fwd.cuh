@@ -33,16 +33,24 @@ struct LoadRow {
   const T *__restrict__ residual;  // optional
   T *__restrict__ sum;             // optional (only with residual)
   int64_t row_stride;
+  using P = Pack<T, PACK>;
+  // v (x widened) += r, rounded to T, and written to sum when asked.
+  __device__ __forceinline__ void add_residual(float (&v)[PACK], const P &r, int64_t off) const {
+    float rv[PACK];
+    widen_pack<T, PACK>(r, rv);
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) v[i] = round_to<T>(v[i] + rv[i]);
+    if (sum != nullptr) store_pack<T, PACK>(sum + off, v);
+  }
   __device__ __forceinline__ void load(float (&v)[PACK], int64_t row, int64_t col) const {
     const int64_t off = row * row_stride + col;
     load_pack<T, PACK>(x + off, v);
-    if (residual != nullptr) {
-      float r[PACK];
-      load_pack<T, PACK>(residual + off, r);
-#pragma unroll
-      for (int i = 0; i < PACK; ++i) v[i] = round_to<T>(v[i] + r[i]);
-      if (sum != nullptr) store_pack<T, PACK>(sum + off, v);
-    }
+    if (residual != nullptr) add_residual(v, ld_pack<T, PACK>(residual + off), off);
+  }
+  // Starts copying the pack of x at (row, col) to shared memory (cp.async;
+  // the caller waits for it). Only without a residual: s = x there.
+  __device__ __forceinline__ void copy_x_async(T *dst, int64_t row, int64_t col) const {
+    cp_async<sizeof(P)>(dst, x + row * row_stride + col);
   }
 };
 
@@ -177,23 +185,42 @@ __global__ void __launch_bounds__(1024)
   const float inv_cols = 1.f / static_cast<float>(p.cols);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     // Each thread touches only its own packs of the cache, so the cache
-    // needs no barrier of its own (block_allreduce has them).
-    float sum = 0.f;
-    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
-      float v[PACK];
-      load.load(v, row, pk * PACK);  // writes sum, when asked, on this only read
-      store_pack<T, PACK>(cache + pk * PACK, v);
+    // needs no barrier of its own (block_allreduce has them). Without a
+    // residual, x goes to the cache by cp.async: all of this thread's copies
+    // in flight at once (a load-then-store loop has one).
+    float acc = 0.f;  // LayerNorm: the sum; RMSNorm: the sum of squares
+    if (p.residual == nullptr) {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x)
+        load.copy_x_async(cache + pk * PACK, row, pk * PACK);
+      cp_async_commit();
+      cp_async_wait<0>();
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load_pack<T, PACK>(cache + pk * PACK, v);
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) sum += v[i];
+        for (int i = 0; i < PACK; ++i) acc += p.rms ? v[i] * v[i] : v[i];
+      }
+    } else {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load.load(v, row, pk * PACK);  // writes sum, when asked, on this only read
+        store_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) acc += p.rms ? v[i] * v[i] : v[i];
+      }
     }
-    // Stats come from the values as cached (rounded to T), i.e. exactly s's.
-    const float mean = p.rms ? 0.f : block_allreduce<SumOp>(sum, scratch) * inv_cols;
-    float sq = 0.f;
-    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
-      float v[PACK];
-      load_pack<T, PACK>(cache + pk * PACK, v);
+    // Stats come from the values as cached (rounded to T), i.e. exactly s's;
+    // LayerNorm's variance is a second pass about the mean.
+    float mean = 0.f, sq = acc;
+    if (!p.rms) {
+      mean = block_allreduce<SumOp>(acc, scratch) * inv_cols;
+      sq = 0.f;
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load_pack<T, PACK>(cache + pk * PACK, v);
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) sq += (v[i] - mean) * (v[i] - mean);
+        for (int i = 0; i < PACK; ++i) sq += (v[i] - mean) * (v[i] - mean);
+      }
     }
     const float rstd = rsqrtf(block_allreduce<SumOp>(sq, scratch) * inv_cols + p.eps);
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
