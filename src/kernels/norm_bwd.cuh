@@ -142,12 +142,14 @@ struct BwdStaging {
 // then dx. Up to 16 values per thread, x_hat and g stay in registers between
 // the passes (shared memory is read once); above that they are derived again
 // from the ring (registers are the occupancy limit there).
-template <typename T, int PACK, int NPACK, class AllReduce2>
+// RMS (p.rms, compiled apart): no centring term c1 and no dbeta, so neither
+// their accumulators (registers: occupancy) nor their instructions.
+template <typename T, int PACK, int NPACK, bool RMS, class AllReduce2>
 __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
                                                     const BwdStaging<T, PACK, NPACK> &st, int s,
                                                     int64_t row, bool active, int lane, int width,
                                                     AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
-                                                    float (&db)[NPACK][PACK]) {
+                                                    float (&db)[RMS ? 1 : NPACK][PACK]) {
   // Measured on the H200 (fp16, 49152 rows): keeping them took 4096 and 8192
   // columns from 67% to 76% of copy bandwidth; at 32 values the registers
   // cost more than the second read (1 block of 512 threads per SM either way).
@@ -157,7 +159,7 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
   float mean = 0.f, rstd = 0.f;
   if (active) {
     const float2 m = st.stat(s);
-    mean = p.rms ? 0.f : m.x;
+    mean = RMS ? 0.f : m.x;
     rstd = m.y;
   }
   float xh_keep[kKeepDerived ? NPACK : 1][PACK], g_keep[kKeepDerived ? NPACK : 1][PACK];
@@ -171,10 +173,10 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
                   rstd, xh, g, dyv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
-        acc.x += g[i];
+        if constexpr (!RMS) acc.x += g[i];
         acc.y += g[i] * xh[i];
         dg[k][i] += dyv[i] * xh[i];
-        db[k][i] += dyv[i];
+        if constexpr (!RMS) db[k][i] += dyv[i];
         if constexpr (kKeepDerived) {
           xh_keep[k][i] = xh[i];
           g_keep[k][i] = g[i];
@@ -184,7 +186,7 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
   }
   acc = allreduce2(acc);
   const float inv_cols = 1.f / static_cast<float>(p.cols);
-  const float3 kdx = dx_coefs(rstd, p.rms ? 0.f : acc.x * inv_cols, acc.y * inv_cols);
+  const float3 kdx = dx_coefs(rstd, RMS ? 0.f : acc.x * inv_cols, acc.y * inv_cols);
   if (!active) return;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
@@ -205,12 +207,12 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
 // The rows base + group, base + stride + group, ... (base block-uniform, so
 // every thread reaches every reduction; rows past the end compute on nothing
 // and store nothing), kBwdStages - 1 rows copied ahead of the one worked on.
-template <typename T, int PACK, int NPACK, class AllReduce2>
+template <typename T, int PACK, int NPACK, bool RMS, class AllReduce2>
 __device__ __forceinline__ void norm_bwd_rows_staged(const NormBwdParams &p,
                                                      const BwdStaging<T, PACK, NPACK> &st, int64_t base,
                                                      int64_t stride, int group, int lane, int width,
                                                      AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
-                                                     float (&db)[NPACK][PACK]) {
+                                                     float (&db)[RMS ? 1 : NPACK][PACK]) {
 #pragma unroll
   for (int s = 0; s + 1 < kBwdStages; ++s) {
     const int64_t row = base + s * stride + group;
@@ -222,17 +224,30 @@ __device__ __forceinline__ void norm_bwd_rows_staged(const NormBwdParams &p,
     st.issue(p, ahead, ahead < p.rows, lane, width, s == 0 ? kBwdStages - 1 : s - 1);
     cp_async_wait<kBwdStages - 1>();  // this row's group has landed
     const int64_t row = base + group;
-    norm_bwd_row_staged<T, PACK, NPACK>(p, st, s, row, row < p.rows, lane, width, allreduce2, dg, db);
+    norm_bwd_row_staged<T, PACK, NPACK, RMS>(p, st, s, row, row < p.rows, lane, width, allreduce2, dg, db);
     s = s + 1 == kBwdStages ? 0 : s + 1;
   }
   cp_async_wait<0>();
+}
+
+template <bool RMS, int NPACK, int PACK>
+__device__ __forceinline__ void zero_accumulators(float (&dg)[NPACK][PACK], float (&db)[RMS ? 1 : NPACK][PACK]) {
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dg[k][i] = 0.f;
+#pragma unroll
+  for (int k = 0; k < (RMS ? 1 : NPACK); ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) db[k][i] = 0.f;
 }
 
 constexpr int kBwdWarpBlock = 128;
 
 // Assumptions: blockDim.x == kBwdWarpBlock; dynamic shared memory holds
 // BwdStaging<T, PACK, NPACK>::bytes(kBwdWarpBlock).
-template <typename T, int PACK, int NPACK>
+// RMS == p.rms.
+template <typename T, int PACK, int NPACK, bool RMS>
 __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const BwdStaging<T, PACK, NPACK> st(smem_raw, kBwdWarpBlock);
@@ -240,12 +255,9 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
   const int lane = threadIdx.x & (width - 1);
   const int groups_per_block = kBwdWarpBlock >> p.width_log2;
   const int group = threadIdx.x >> p.width_log2;
-  float dg[NPACK][PACK], db[NPACK][PACK];
-#pragma unroll
-  for (int k = 0; k < NPACK; ++k)
-#pragma unroll
-    for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
-  norm_bwd_rows_staged<T, PACK, NPACK>(
+  float dg[NPACK][PACK], db[RMS ? 1 : NPACK][PACK];
+  zero_accumulators<RMS>(dg, db);
+  norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
       p, st, static_cast<int64_t>(blockIdx.x) * groups_per_block,
       static_cast<int64_t>(gridDim.x) * groups_per_block, group, lane, width,
       [width](float2 v) { return group_allreduce<Sum2Op>(v, width); }, dg, db);
@@ -256,7 +268,7 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
   float *combine = reinterpret_cast<float *>(smem_raw);
   __syncthreads();
   const int64_t cols_covered = static_cast<int64_t>(width) * NPACK * PACK;
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < (RMS ? 1 : 2); ++which) {
     float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
     if (out == nullptr) continue;  // uniform
 #pragma unroll
@@ -264,7 +276,7 @@ __global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdPar
 #pragma unroll
       for (int i = 0; i < PACK; ++i)
         combine[group * cols_covered + (static_cast<int64_t>(k) * width + lane) * PACK + i] =
-            which == 0 ? dg[k][i] : db[k][i];
+            which == 0 ? dg[k][i] : db[RMS ? 0 : k][i];
     __syncthreads();
     for (int64_t c = threadIdx.x; c < p.cols; c += kBwdWarpBlock) {
       float s = 0.f;
@@ -315,17 +327,15 @@ struct ClusterSum2 {
 // of p.cluster; dynamic shared memory holds BwdStaging<T, PACK, NPACK>::bytes(blockDim.x).
 // CLUSTER = false: the plain one-block-per-row kernel (p.cluster == 1),
 // compiled apart so that it carries none of the cluster's registers.
-template <typename T, int PACK, int NPACK, bool CLUSTER>
+// RMS == p.rms.
+template <typename T, int PACK, int NPACK, bool CLUSTER, bool RMS>
 __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float2 scratch_storage[32];
   __shared__ float2 cluster_slots[CLUSTER ? 2 : 1];
   const BwdStaging<T, PACK, NPACK> st(smem_raw, static_cast<int>(blockDim.x));
-  float dg[NPACK][PACK], db[NPACK][PACK];
-#pragma unroll
-  for (int k = 0; k < NPACK; ++k)
-#pragma unroll
-    for (int i = 0; i < PACK; ++i) dg[k][i] = db[k][i] = 0.f;
+  float dg[NPACK][PACK], db[RMS ? 1 : NPACK][PACK];
+  zero_accumulators<RMS>(dg, db);
   const int cluster = CLUSTER ? p.cluster : 1;
   const int rank = static_cast<int>(blockIdx.x) % cluster;
   const int64_t group_index = blockIdx.x / cluster;
@@ -334,7 +344,7 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
   const ClusterSum2 reduce{scratch_storage, cluster_slots, cluster};
   int parity = 0;
   if constexpr (CLUSTER) {
-    norm_bwd_rows_staged<T, PACK, NPACK>(
+    norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
         p, st, group_index, gridDim.x / cluster, 0, lane, width,
         [&](float2 v) {
           v = reduce(v, parity);
@@ -347,7 +357,7 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
     cooperative_groups::this_cluster().sync();
 #endif
   } else {
-    norm_bwd_rows_staged<T, PACK, NPACK>(
+    norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
         p, st, blockIdx.x, gridDim.x, 0, lane, width,
         [&](float2 v) { return block_allreduce<Sum2Op>(v, scratch_storage); }, dg, db);
   }
@@ -360,7 +370,9 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
 #pragma unroll
     for (int i = 0; i < PACK; ++i) {
       if (p.dgamma_partial != nullptr) p.dgamma_partial[off + i] = dg[k][i];
-      if (p.dbeta_partial != nullptr) p.dbeta_partial[off + i] = db[k][i];
+      if constexpr (!RMS) {
+        if (p.dbeta_partial != nullptr) p.dbeta_partial[off + i] = db[k][i];
+      }
     }
   }
 }
@@ -441,11 +453,16 @@ __global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(N
 }
 
 template <typename T, int PACK, Tier TIER, int NPACK>
-const void *norm_bwd_kernel() {
+const void *norm_bwd_kernel(bool rms, bool cluster) {
   if constexpr (TIER == Tier::Warp) {
-    return reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK>);
+    return rms ? reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, true>)
+               : reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, false>);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    return reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false>);
+    if (cluster)
+      return rms ? reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true, true>)
+                 : reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true, false>);
+    return rms ? reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false, true>)
+               : reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false, false>);
   } else {
     return reinterpret_cast<const void *>(norm_bwd_tile_kernel<T, PACK>);
   }
@@ -464,7 +481,7 @@ constexpr size_t norm_bwd_smem(int threads) {
 // The grid of the main kernel; it is also the number of partial rows.
 template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int *grid) {
-  const void *kernel = norm_bwd_kernel<T, PACK, TIER, NPACK>();
+  const void *kernel = norm_bwd_kernel<T, PACK, TIER, NPACK>(p.rms, p.cluster > 1);
   const int64_t sms = ctx.dev.sm_count;
   int occ = 0;
   if constexpr (TIER == Tier::Warp) {
@@ -476,7 +493,6 @@ cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int 
     *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
   } else if constexpr (TIER == Tier::BlockRegisters) {
     // (also opens the cluster kernel's shared memory limit before its launch)
-    if (p.cluster > 1) kernel = reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true>);
     cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads,
                                        norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), &occ);
     if (err != cudaSuccess) return err;
@@ -495,18 +511,19 @@ cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int 
   return cudaSuccess;
 }
 
-template <typename T, int PACK, Tier TIER, int NPACK>
-cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
+// The register tiers' main kernel, compiled apart for RMSNorm (RMS == p.rms).
+template <typename T, int PACK, Tier TIER, int NPACK, bool RMS>
+cudaError_t launch_norm_bwd_staged(const NormBwdParams &p, const LaunchContext &ctx) {
   if constexpr (TIER == Tier::Warp) {
     static_assert(kBwdWarpBlock * NPACK * PACK * sizeof(float) <= norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock),
                   "the group combine buffer fits in the staging ring");
-    norm_bwd_warp_kernel<T, PACK, NPACK>
+    norm_bwd_warp_kernel<T, PACK, NPACK, RMS>
         <<<p.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), ctx.stream>>>(p);
-  } else if constexpr (TIER == Tier::BlockRegisters) {
+  } else {
     static_assert(NPACK * PACK <= 32, "registers: two fp32 accumulators per value at 512 threads");
     const size_t smem = norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads);
     if (p.cluster == 1) {
-      norm_bwd_block_kernel<T, PACK, NPACK, false><<<p.grid, p.block_threads, smem, ctx.stream>>>(p);
+      norm_bwd_block_kernel<T, PACK, NPACK, false, RMS><<<p.grid, p.block_threads, smem, ctx.stream>>>(p);
     } else {
       cudaLaunchConfig_t config = {};
       config.gridDim = dim3(static_cast<unsigned>(p.grid) * static_cast<unsigned>(p.cluster));
@@ -520,9 +537,18 @@ cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
       attr[0].val.clusterDim.z = 1;
       config.attrs = attr;
       config.numAttrs = 1;
-      cudaError_t err = cudaLaunchKernelEx(&config, norm_bwd_block_kernel<T, PACK, NPACK, true>, p);
+      cudaError_t err = cudaLaunchKernelEx(&config, norm_bwd_block_kernel<T, PACK, NPACK, true, RMS>, p);
       if (err != cudaSuccess) return err;
     }
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
+  if constexpr (TIER == Tier::Warp || TIER == Tier::BlockRegisters) {
+    return p.rms ? launch_norm_bwd_staged<T, PACK, TIER, NPACK, true>(p, ctx)
+                 : launch_norm_bwd_staged<T, PACK, TIER, NPACK, false>(p, ctx);
   } else {
     static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
     int occ = 0;
