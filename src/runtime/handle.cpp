@@ -1,4 +1,7 @@
+#include <map>
 #include <memory>
+#include <mutex>
+#include <utility>
 
 #include "internal.hpp"
 
@@ -16,6 +19,30 @@ DeviceGuard::~DeviceGuard() {
   if (switched_) (void)cudaSetDevice(previous_);
 }
 
+namespace {
+
+// The limit is a property of the kernel on the device, shared by every
+// handle in the process: it is recorded process-wide and only ever raised.
+// (Kept per handle, a second handle asking for less lowered it under the
+// first one's cached launches: cudaErrorInvalidValue at launch, H200,
+// 2026-11-22.)
+cudaError_t open_dynamic_smem(const void *func, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void *>, size_t> opened_to;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mutex);
+  size_t &opened = opened_to[{device, func}];
+  if (smem <= opened) return cudaSuccess;
+  err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  opened = smem;
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int *blocks_per_sm) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(func, block, smem);
@@ -25,9 +52,9 @@ cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int
     return cudaSuccess;
   }
   // A block gets more than 48 KiB of shared memory (static + dynamic) only
-  // after the kernel opts in; open each kernel once to the largest size asked
-  // so far. (A 48 KiB row plus the reduction scratch failed to launch
-  // without it: cudaErrorInvalidConfiguration, H200, 2026-11-22.)
+  // after the kernel opts in; open each kernel to the largest size asked so
+  // far. (A 48 KiB row plus the reduction scratch failed to launch without
+  // it: cudaErrorInvalidConfiguration, H200, 2026-11-22.)
   constexpr size_t kDefaultSmem = 48 * 1024;
   cudaFuncAttributes attr{};
   if (smem > 0) {
@@ -35,13 +62,8 @@ cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int
     if (err != cudaSuccess) return err;
   }
   if (smem + attr.sharedSizeBytes > kDefaultSmem) {
-    size_t &opened = smem_limit_[func];
-    if (smem > opened) {
-      cudaError_t err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
-      opened = smem;
-    }
+    cudaError_t err = open_dynamic_smem(func, smem);
+    if (err != cudaSuccess) return err;
   }
   int occ = 0;
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, block, smem);

@@ -94,7 +94,6 @@ class KernelCache {
  private:
   std::mutex mutex_;
   std::map<std::tuple<const void *, int, size_t>, int> occupancy_;
-  std::map<const void *, size_t> smem_limit_;  // dynamic smem the kernel was opened to
 };
 
 }  // namespace fnorm

@@ -513,6 +513,35 @@ void run_huge_case(Ctx &ctx, fnorm_dtype_t dtype, int64_t cols) {
               static_cast<long long>(n), static_cast<long long>(bad), ok ? "match" : "MISMATCH");
 }
 
+// Two handles in one process share the kernels: a second handle that asks
+// a kernel for less dynamic shared memory must not lower the limit under the
+// first handle's launches (the first call on each handle opens it; the
+// third call is the first handle's again, after the second's).
+void run_two_handles(Ctx &ctx, int sm_count) {
+  fnorm_handle_t first = ctx.handle, second = nullptr;
+  CHECK_STATUS(fnorm_create(&second), FNORM_STATUS_SUCCESS);
+  if (second == nullptr) {
+    ++ctx.failures;
+    return;
+  }
+  const long before = ctx.failures;
+  // Forward, shared-memory tier: one kernel, a row of 128 KiB then 80 KiB.
+  for (int64_t cols : {65536, 40000, 65536}) {
+    ctx.handle = cols == 40000 ? second : first;
+    run_case(ctx, Case{FNORM_DTYPE_FLOAT16, 17, cols, kGammaBeta});
+  }
+  // Backward, one block per row (many rows), 4 packs per thread: a ring of
+  // 512 threads at 16384 columns, 384 at 12288.
+  const int64_t rows = 8 * int64_t{sm_count};
+  for (int64_t cols : {16384, 12288, 16384}) {
+    ctx.handle = cols == 12288 ? second : first;
+    run_bwd_case(ctx, {FNORM_DTYPE_FLOAT16, rows, cols, false, true, false, false, false, 0});
+  }
+  ctx.handle = first;
+  CHECK_STATUS(fnorm_destroy(second), FNORM_STATUS_SUCCESS);
+  std::printf("two handles: %s\n", ctx.failures == before ? "all cases match" : "FAILURES");
+}
+
 }  // namespace
 
 int main() {
@@ -614,6 +643,7 @@ int main() {
     }
     std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
   }
+  run_two_handles(ctx, prop.multiProcessorCount);
   if (!quick) {
     run_huge_case(ctx, FNORM_DTYPE_FLOAT16, 1024);   // register tier
     run_huge_case(ctx, FNORM_DTYPE_FLOAT16, 32768);  // block-register tier
