@@ -4,7 +4,8 @@ each case runs bench_layernorm's measurement of our call once per build, three
 rounds interleaved, and prints the medians. One process, because the same
 shape moved by up to 6% between benchmark processes on the H200 (buffer
 placement), more than most changes being judged. PyTorch is not timed here.
-Usage: FNORM_LIB=LIB_A ab_norm.py NAME=LIB_A NAME=LIB_B [...] -- OP:DTYPE:ROWSxCOLS [...]
+Usage: FNORM_LIB=LIB_A ab_norm.py NAME=LIB_A NAME=LIB_B[,VAR=VALUE...] [...] -- OP:DTYPE:ROWSxCOLS [...]
+(the variables are set in the environment while that build runs)
 (OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd)"""
 import ctypes, os, sys, statistics
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -12,7 +13,13 @@ import bench_layernorm as bl  # noqa: E402
 import torch  # noqa: E402
 fn = bl.fn
 sep = sys.argv.index("--")
-libs = dict(a.split("=", 1) for a in sys.argv[1:sep])
+# NAME=LIB[,VAR=VALUE...]: the variables are set while that build runs.
+libs, envs = {}, {}
+for a in sys.argv[1:sep]:
+    n, spec = a.split("=", 1)
+    path, *kv = spec.split(",")
+    libs[n] = path
+    envs[n] = dict(x.split("=", 1) for x in kv)
 cases = sys.argv[sep + 1:]
 cdll = {}
 for n, path in libs.items():
@@ -45,6 +52,9 @@ for case in cases:
     for rep in range(3):
         for n in cdll:
             fn.lib = cdll[n]; B.handle = handles[n]; state["calls"] = 0
+            for k in set().union(*envs.values()):
+                os.environ.pop(k, None)
+            os.environ.update(envs[n])
             row = (bl.bench_bwd if op.endswith("_bwd") else bl.bench_fwd)(B, op, dt, r, c)
             res[n].append(row["us"])
             torch.cuda.empty_cache()
