@@ -186,9 +186,9 @@ struct Plan {
 using NormFwdPlan = Plan<NormFwdInstance>;
 using NormBwdPlan = Plan<NormBwdInstance>;
 
-// Picks tier and instance for a forward with the given pack.
-// Throws NOT_SUPPORTED_BUILD when no instance fits.
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev);
+// Picks tier and instance for a forward (RMSNorm when `rms`) with the given
+// pack. Throws NOT_SUPPORTED_BUILD when no instance fits.
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev, bool rms);
 
 NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev);
 

@@ -287,13 +287,27 @@ bool plan_register_tiers(const Instance *table, size_t count, const RowView &vie
 
 auto any_npack = [](int) { return true; };
 
+// Packs per thread the register tiers aim at (gen/instances.py: TARGET_NPACK).
+constexpr int kTargetNpack = 4;
+
 }  // namespace
 
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev) {
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const DeviceInfo &dev, bool rms) {
   NormFwdPlan plan;
   plan.pack = pack;
-  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, 4, 1024,
-                           [](Tier, int, int64_t) { return true; }, plan)) {
+  // RMSNorm has one reduction per row, so a block per row costs it one
+  // barrier: at 128-256 packs of 16 bytes per row a block holding one pack
+  // per thread beat a warp holding four (fp16 49152 x 1024: 60.3 -> 58.3 us, x 2048:
+  // 119.8 -> 114.6; LayerNorm, with two reductions, lost 9-13% that way;
+  // H200, 2026-11-22).
+  const int64_t packs = view.cols / pack;
+  if (rms && packs >= 128 && packs <= 256 && pack * dtype_size(view.dtype) == 16 &&
+      plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                      [](Tier, int n, int64_t) { return n == 1; }, plan))
+    return plan;
+  // Otherwise the register tiers hold at least kTargetNpack packs per thread.
+  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, kTargetNpack, 1024,
+                           [](Tier t, int n, int64_t) { return t == Tier::Warp || n >= kTargetNpack; }, plan)) {
     // Static shared memory of the block kernels (reduction scratch) is small;
     // keep 1 KiB of margin for it.
     const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * dtype_size(view.dtype);
@@ -320,19 +334,21 @@ NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const DeviceInfo &dev) 
     return norm_bwd_staging_bytes(static_cast<int>(threads), n, pack, elem) + 1024 <=
            static_cast<size_t>(dev.max_smem_optin);
   };
-  const bool registers = plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, 4, 512, fits, plan);
+  const bool registers =
+      plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, kTargetNpack, 512, fits, plan);
   // A block per row needs several rows per block to keep its ring busy: with
   // fewer than 8 rows per multiprocessor (1024 x 12288 bf16 ran at 22% of
   // copy bandwidth that way on the H200) column tiles spread the work wider.
   const bool many_rows = view.rows >= 8 * int64_t{dev.sm_count};
   if (registers && (plan.tier == Tier::Warp || many_rows)) return plan;
-  // Rows too long for one block: a thread block cluster of 2, 4 or 8 blocks
-  // per row (sm_90), each holding an interleaved share of the columns.
-  if (many_rows && dev.cc_major >= 9) {
-    for (int cluster : {2, 4, 8}) {
-      if (plan_block_tier(kNormBwdInstances, kNormBwdInstanceCount, view, cluster, 512, fits, plan)) return plan;
-    }
-  }
+  // Rows too long for one block: a thread block cluster of 2 blocks per row
+  // (sm_90), each holding an interleaved share of the columns. Wider
+  // clusters lose to the column tiles: fp16 4096 x 65536 took 1468 us on a
+  // cluster of 4 and 751 us on column tiles (H200, 2026-11-22); a cluster of
+  // 2 still wins at 49152 x 32768 (4202 us against 4623).
+  if (many_rows && dev.cc_major >= 9 &&
+      plan_block_tier(kNormBwdInstances, kNormBwdInstanceCount, view, 2, 512, fits, plan))
+    return plan;
   plan = NormBwdPlan{};
   plan.pack = pack;
   plan.tier = Tier::ColumnTiled;
@@ -440,7 +456,7 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
     DeviceGuard guard(handle->device);
     const int pack = choose_pack(v, {x, y, residual, sum}, {v.x_row_stride, v.y_row_stride},
                                  {gamma, beta}, param_f32);
-    const NormFwdPlan plan = plan_norm_fwd(v, pack, handle->info);
+    const NormFwdPlan plan = plan_norm_fwd(v, pack, handle->info, rms);
     NormFwdParams p;
     p.x = x;
     p.residual = residual;

@@ -287,9 +287,9 @@ bool dtype_built(fnorm_dtype_t dtype) {
 }
 
 fnorm::NormFwdPlan plan_fwd(const fnorm::RowView &v, const void *x, const void *y, const void *g,
-                            const void *b, const fnorm::DeviceInfo &dev) {
+                            const void *b, const fnorm::DeviceInfo &dev, bool rms = false) {
   const int pack = fnorm::choose_pack(v, {x, y}, {v.x_row_stride, v.y_row_stride}, {g, b}, false);
-  return fnorm::plan_norm_fwd(v, pack, dev);
+  return fnorm::plan_norm_fwd(v, pack, dev, rms);
 }
 
 void test_plan() {
@@ -377,6 +377,27 @@ void test_plan() {
   CHECK_EQ(pl.width_log2, 2);
   CHECK_EQ(pl.npack, 1);
   v.rows = 49152;
+  // RMSNorm at 128-256 packs of 16 bytes: a block per row, one pack per
+  // thread; LayerNorm and longer rows keep four packs per thread.
+  if (dtype_built(FNORM_DTYPE_FLOAT16)) {
+    for (int64_t cols : {1024, 2048, 4096}) {
+      v.cols = cols;
+      v.x_row_stride = v.y_row_stride = cols;
+      pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev, true);
+      CHECK_EQ(static_cast<int>(pl.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
+      CHECK_EQ(pl.npack, cols == 4096 ? 4 : 1);
+      CHECK_EQ(pl.block_threads, cols == 4096 ? 128 : static_cast<int>(cols / 8));
+      const fnorm::NormFwdPlan ln = plan_fwd(v, buf, buf, nullptr, nullptr, dev, false);
+      CHECK_EQ(static_cast<int>(ln.tier),
+               static_cast<int>(cols == 1024 ? fnorm::Tier::Warp : fnorm::Tier::BlockRegisters));
+      CHECK_EQ(ln.npack, 4);
+    }
+    v.cols = 1024;  // misaligned: packs of 2 bytes stay on the warp tier
+    v.x_row_stride = v.y_row_stride = 1024;
+    pl = plan_fwd(v, buf + 2, buf, nullptr, nullptr, dev, true);
+    CHECK_EQ(pl.pack, 1);
+    CHECK_EQ(static_cast<int>(pl.tier), static_cast<int>(fnorm::Tier::Warp));
+  }
   // A row stride that is not a multiple of the pack narrows the pack.
   v.dtype = FNORM_DTYPE_FLOAT16;
   v.cols = 1024;
@@ -427,6 +448,23 @@ void test_plan() {
       CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
     }
+  }
+  // sm_90, many rows: a cluster of two blocks per row, then column tiles;
+  // few rows: column tiles.
+  if (dtype_built(FNORM_DTYPE_FLOAT16)) {
+    fnorm::DeviceInfo hopper = dev;
+    hopper.cc_major = 9;
+    v.dtype = FNORM_DTYPE_FLOAT16;
+    v.cols = 32768;
+    fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, 8, hopper);
+    CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
+    CHECK_EQ(bp.cluster, 2);
+    CHECK_EQ(bp.block_threads, 512);
+    v.cols = 65536;
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
+    v.rows = 1000;
+    v.cols = 32768;
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
   }
   // Workspace layout: two 256-byte-aligned partial arrays, then row coefficients.
   v.rows = 1000;
