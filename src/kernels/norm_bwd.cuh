@@ -13,9 +13,10 @@
 //            ahead: the next row's loads are in flight while this row's
 //            reduction (c1, c2) and dx run. One partial row per block goes to
 //            the workspace. Rows longer than a block holds take a thread
-//            block cluster of 2-8 blocks per row (one partial row per
-//            cluster).
-//   ColumnTiled  any row length, for few rows or GPUs without clusters: a
+//            block cluster of blocks per row (one partial row per cluster;
+//            the runtime plans clusters of 2).
+//   ColumnTiled  any row length, for few rows, rows longer than a cluster
+//            of 2 holds, or GPUs without clusters: a
 //            first kernel reduces (c1, c2) per row, a second walks column
 //            tiles over a slice of rows, writes dx and accumulates its
 //            columns' partial sums.
@@ -419,8 +420,11 @@ __global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(N
 #pragma unroll
   for (int i = 0; i < PACK; ++i) dg[i] = db[i] = 0.f;
   if (in_cols) {
-    for (int64_t row = static_cast<int64_t>(blockIdx.y) * kTileRowsPerBlock + threadIdx.y; row < p.rows;
-         row += static_cast<int64_t>(gridDim.y) * kTileRowsPerBlock) {
+    // Rows are walked from the last: kernel 1 read them first to last, so
+    // the last rows' x and dy may still be in L2.
+    for (int64_t k = static_cast<int64_t>(blockIdx.y) * kTileRowsPerBlock + threadIdx.y; k < p.rows;
+         k += static_cast<int64_t>(gridDim.y) * kTileRowsPerBlock) {
+      const int64_t row = p.rows - 1 - k;
       const float mean = p.rms ? 0.f : p.mean[row];
       const float rstd = p.rstd[row];
       float xh[PACK], g[PACK], dyv[PACK];

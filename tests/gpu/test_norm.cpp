@@ -644,6 +644,9 @@ int main() {
     std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
   }
   run_two_handles(ctx, prop.multiProcessorCount);
+  // Backward with many rows (8 per SM) longer than a cluster of two blocks
+  // holds: the column tiles.
+  if (!quick) run_bwd_case(ctx, {FNORM_DTYPE_BFLOAT16, 8 * int64_t{prop.multiProcessorCount}, 65536, false, true, false, false, true, 0});
   if (!quick) {
     run_huge_case(ctx, FNORM_DTYPE_FLOAT16, 1024);   // register tier
     run_huge_case(ctx, FNORM_DTYPE_FLOAT16, 32768);  // block-register tier
