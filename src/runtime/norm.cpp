@@ -231,12 +231,6 @@ const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t 
   return best;
 }
 
-// The register tiers, shared by forward and backward: a group of lanes per
-// row, else one block (of at most max_block threads) per row. They aim at
-// target_npack packs per thread (independent loads in flight before the
-// first reduction): the narrowest power-of-two group that gets there, then
-// the fewest packs per thread that cover the row. Returns false when the row
-// is too long for registers.
 // One block per row, or per cluster of `cluster` blocks: a whole number of
 // warps per block holding its share of the row, the fewest packs per thread
 // that `fits` accepts. Leaves `plan` unchanged and returns false when none does.
@@ -258,6 +252,12 @@ bool plan_block_tier(const Instance *table, size_t count, const RowView &view, i
   return true;
 }
 
+// The register tiers, shared by forward and backward: a group of lanes per
+// row, else one block (of at most max_block threads) per row. They aim at
+// target_npack packs per thread (independent loads in flight before the
+// first reduction): the narrowest power-of-two group that gets there, then
+// the fewest packs per thread that cover the row. Returns false when the row
+// is too long for registers.
 // `fits(tier, npack, threads)` says whether an instance may run at that many
 // threads per block (registers / shared memory of the op).
 template <class Instance, class Fits>
