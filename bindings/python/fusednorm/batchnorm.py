@@ -16,8 +16,9 @@ import enum
 import functools
 from dataclasses import dataclass
 
-from . import (_PROTOTYPES, _Owned, _desc_of, _dtype_of, _handle_for, _on_device, _p, _ptr, _size,
-               _sizep, _status, _enum, _tensor_desc, _workspace, check, lib)
+from . import _core
+from ._core import (_Owned, _desc_of, _dtype_of, _enum, _handle_for, _on_device, _p, _ptr, _size, _sizep,
+                    _status, _tensor_desc, _with_layout_of, _workspace, check)
 
 __all__ = ["BnEpilogue", "BnAverage", "BnEngine", "BnSyncFlag", "BatchNormDesc", "BnSaved",
            "batch_norm_train", "batch_norm_infer", "batch_norm_backward"]
@@ -72,33 +73,29 @@ _BN_PROTOTYPES = {
     #  workspace, workspace_bytes)
     "fnorm_batchnorm_bwd": (_status, [_p] * 13 + [_size] + [_p] * 6 + [_size]),
 }
-_PROTOTYPES.update(_BN_PROTOTYPES)
-for _name, (_res, _args) in _BN_PROTOTYPES.items():
-    _f = getattr(lib, _name)
-    _f.restype = _res
-    _f.argtypes = _args
+_core.register(_BN_PROTOTYPES)
 
 
 class BatchNormDesc(_Owned):
-    _destroy = staticmethod(lib.fnorm_batchnorm_desc_destroy)
+    _destroy = staticmethod(_core.lib.fnorm_batchnorm_desc_destroy)
 
     def __init__(self, epilogue: BnEpilogue = BnEpilogue.NONE, eps: float = 1e-5,
                  average: BnAverage = BnAverage.EXPONENTIAL, momentum: float = 0.1,
                  engine: BnEngine = BnEngine.AUTO, comm: int | None = None, sync_flags: int = 0):
         """comm: an ncclComm_t as an int (SyncBatchNorm), or None."""
-        super().__init__(lib.fnorm_batchnorm_desc_create)
-        check(lib.fnorm_batchnorm_desc_set(self.ptr, int(epilogue), float(eps), int(average), float(momentum)))
-        check(lib.fnorm_batchnorm_desc_set_engine(self.ptr, int(engine)))
+        super().__init__(_core.lib.fnorm_batchnorm_desc_create)
+        check(_core.lib.fnorm_batchnorm_desc_set(self.ptr, int(epilogue), float(eps), int(average), float(momentum)))
+        check(_core.lib.fnorm_batchnorm_desc_set_engine(self.ptr, int(engine)))
         if comm:
-            check(lib.fnorm_batchnorm_desc_set_comm(self.ptr, comm, int(sync_flags)))
+            check(_core.lib.fnorm_batchnorm_desc_set_comm(self.ptr, comm, int(sync_flags)))
 
     def get(self):
         e, a = _enum(), _enum()
         eps, mom = ctypes.c_double(), ctypes.c_double()
-        check(lib.fnorm_batchnorm_desc_get(self.ptr, ctypes.byref(e), ctypes.byref(eps), ctypes.byref(a),
+        check(_core.lib.fnorm_batchnorm_desc_get(self.ptr, ctypes.byref(e), ctypes.byref(eps), ctypes.byref(a),
                                            ctypes.byref(mom)))
         g = _enum()
-        check(lib.fnorm_batchnorm_desc_get_engine(self.ptr, ctypes.byref(g)))
+        check(_core.lib.fnorm_batchnorm_desc_get_engine(self.ptr, ctypes.byref(g)))
         return BnEpilogue(e.value), eps.value, BnAverage(a.value), mom.value, BnEngine(g.value)
 
 
@@ -114,6 +111,31 @@ def _bn_x_desc(x):
     if x.shape[0] == 0:
         return _tensor_desc(_dtype_of(x, "x"), (1,) + tuple(x.shape[1:]), tuple(x.stride()))
     return _desc_of(x, "x")
+
+
+def _packed_in(t, order) -> bool:
+    """t's non-trivial dimensions, taken in `order` from the fastest, are
+    packed."""
+    expect = 1
+    for d in order:
+        if t.shape[d] == 1:
+            continue
+        if t.stride(d) != expect:
+            return False
+        expect *= t.shape[d]
+    return True
+
+
+def _bn_layout(x):
+    """x in one of the two layouts the library takes (channels-first packed,
+    or channels-last: C, then the spatial dimensions, then N); any other
+    (a slice, expanded, transposed) is copied to a packed tensor first."""
+    if x is None or x.numel() == 0:
+        return x
+    n = x.dim()
+    if _packed_in(x, range(n - 1, -1, -1)) or _packed_in(x, [1] + list(range(n - 1, 1, -1)) + [0]):
+        return x
+    return x.contiguous()
 
 
 def _ptr_or_empty(t):
@@ -175,6 +197,8 @@ def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=N
     if not x.is_cuda:
         raise ValueError("x must be a CUDA tensor")
     c = x.shape[1]
+    x = _bn_layout(x)
+    z = None if z is None or x.numel() == 0 else _with_layout_of(z, x, "z")  # read through y's descriptor
     average = BnAverage.CUMULATIVE if momentum is None else BnAverage.EXPONENTIAL
     desc = _bn_desc(int(epilogue), float(eps), int(average), 0.0 if momentum is None else float(momentum),
                     int(engine), comm, int(sync_flags))
@@ -183,16 +207,15 @@ def batch_norm_train(x, weight=None, bias=None, running_mean=None, running_var=N
     x_desc = _bn_x_desc(x)
     y = out if out is not None else torch.empty_like(x)
     _check_like(y, "out", x)
-    _check_like(z, "z", x)
     for t, n in ((weight, "weight"), (bias, "bias"), (running_mean, "running_mean"), (running_var, "running_var")):
         _vec(t, n, c, x.device)
     saved_mean = torch.empty(c, dtype=torch.float32, device=x.device)
     saved_invstd = torch.empty(c, dtype=torch.float32, device=x.device)
-    ws_bytes = _size_query(lib.fnorm_batchnorm_fwd_train_workspace_size, handle, desc, x_desc)
-    rs_bytes = _size_query(lib.fnorm_batchnorm_reserve_space_size, handle, desc, x_desc)
+    ws_bytes = _size_query(_core.lib.fnorm_batchnorm_fwd_train_workspace_size, handle, desc, x_desc)
+    rs_bytes = _size_query(_core.lib.fnorm_batchnorm_reserve_space_size, handle, desc, x_desc)
     ws = _workspace(ws_bytes, x.device, None)
     reserve = torch.empty(rs_bytes, dtype=torch.uint8, device=x.device) if rs_bytes else None
-    check(lib.fnorm_batchnorm_fwd_train(
+    check(_core.lib.fnorm_batchnorm_fwd_train(
         handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr_or_empty(x), _ptr_or_empty(z), _ptr(weight),
         _ptr(bias), _ptr(running_mean), _ptr(running_var), _ptr(num_batches_tracked), x_desc.ptr,
         _ptr_or_empty(y), _ptr(saved_mean), _ptr(saved_invstd), _ptr(ws), ws_bytes, _ptr(reserve), rs_bytes))
@@ -206,18 +229,19 @@ def batch_norm_infer(x, running_mean, running_var, weight=None, bias=None, eps: 
                      out=None):
     import torch
     c = x.shape[1]
+    x = _bn_layout(x)
+    z = _with_layout_of(z, x, "z")
     desc = _bn_desc(int(epilogue), float(eps), int(BnAverage.EXPONENTIAL), 0.1, int(engine))
     handle = _handle_for(x.device.index)
     stream = torch.cuda.current_stream(x.device)
     x_desc = _desc_of(x, "x")
     y = out if out is not None else torch.empty_like(x)
     _check_like(y, "out", x)
-    _check_like(z, "z", x)
     for t, n in ((weight, "weight"), (bias, "bias"), (running_mean, "running_mean"), (running_var, "running_var")):
         _vec(t, n, c, x.device)
-    ws_bytes = _size_query(lib.fnorm_batchnorm_fwd_infer_workspace_size, handle, desc, x_desc)
+    ws_bytes = _size_query(_core.lib.fnorm_batchnorm_fwd_infer_workspace_size, handle, desc, x_desc)
     ws = _workspace(ws_bytes, x.device, None)
-    check(lib.fnorm_batchnorm_fwd_infer(
+    check(_core.lib.fnorm_batchnorm_fwd_infer(
         handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr(x), _ptr(z), _ptr(weight), _ptr(bias),
         _ptr(running_mean), _ptr(running_var), _desc_of(y, "out").ptr, _ptr(y), _ptr(ws), ws_bytes))
     return y
@@ -234,7 +258,10 @@ def batch_norm_backward(dy, x, weight, saved: BnSaved, want_dz: bool | None = No
                     saved.comm, saved.sync_flags)
     handle = _handle_for(x.device.index)
     stream = torch.cuda.current_stream(x.device)
+    x = _bn_layout(x)
     x_desc = _bn_x_desc(x)
+    if x.numel() > 0:
+        dy = _with_layout_of(dy, x, "dy")  # read through x's descriptor (passed as dy_desc)
     _check_like(dy, "dy", x)
     dx = dx_out if dx_out is not None else torch.empty_like(x)
     if want_dz is None:
@@ -242,10 +269,10 @@ def batch_norm_backward(dy, x, weight, saved: BnSaved, want_dz: bool | None = No
     dz = torch.empty_like(x) if want_dz else None
     dgamma = torch.empty(c, dtype=torch.float32, device=x.device) if need_weight_grads else None
     dbeta = torch.empty(c, dtype=torch.float32, device=x.device) if need_weight_grads else None
-    ws_bytes = _size_query(lib.fnorm_batchnorm_bwd_workspace_size, handle, desc, x_desc)
+    ws_bytes = _size_query(_core.lib.fnorm_batchnorm_bwd_workspace_size, handle, desc, x_desc)
     ws = _workspace(ws_bytes, x.device, None)
     rs = saved.reserve
-    check(lib.fnorm_batchnorm_bwd(
+    check(_core.lib.fnorm_batchnorm_bwd(
         handle.ptr, stream.cuda_stream, desc.ptr, x_desc.ptr, _ptr_or_empty(x), x_desc.ptr, _ptr_or_empty(dy),
         _ptr(saved.y), _ptr(weight), _ptr(saved.bias), _ptr(saved.mean), _ptr(saved.invstd), _ptr(rs),
         rs.numel() if rs is not None else 0, x_desc.ptr, _ptr_or_empty(dx), _ptr_or_empty(dz), _ptr(dgamma),

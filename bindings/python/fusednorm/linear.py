@@ -14,8 +14,9 @@ import ctypes
 import enum
 import functools
 
-from . import (Handle, _dtype_of, _handle_for, _on_device, _Owned, _PROTOTYPES, _ptr, _tensor_desc, _workspace,
-               check, lib)
+from . import _core
+from ._core import (Handle, _dtype_of, _handle_for, _on_device, _Owned, _ptr, _rowwise, _tensor_desc, _workspace,
+                    check)
 
 __all__ = ["LinearEpilogue", "WeightLayout", "LinearFlag", "LinearDesc", "linear_aux_size",
            "linear_fwd_workspace_size", "linear_bwd_workspace_size", "linear", "linear_backward",
@@ -65,11 +66,7 @@ _LINEAR_PROTOTYPES = {
     "fnorm_linear_bwd": (_status, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _size, _p, _p, _size, _p, _p, _p, _p, _p,
                                    _p, _size]),
 }
-for _name, (_res, _args) in _LINEAR_PROTOTYPES.items():
-    _f = getattr(lib, _name)
-    _f.restype = _res
-    _f.argtypes = _args
-_PROTOTYPES.update(_LINEAR_PROTOTYPES)
+_core.register(_LINEAR_PROTOTYPES)
 
 _ACTIVATIONS = {None: LinearEpilogue.BIAS, "relu": LinearEpilogue.BIAS_RELU, "gelu": LinearEpilogue.BIAS_GELU}
 
@@ -77,28 +74,28 @@ _ACTIVATIONS = {None: LinearEpilogue.BIAS, "relu": LinearEpilogue.BIAS_RELU, "ge
 class LinearDesc(_Owned):
     """Epilogue, weight layout and flags of a fully-connected layer. Raises
     FusedNormError (NOT_SUPPORTED_BUILD) when the library has no cuBLASLt."""
-    _destroy = staticmethod(lib.fnorm_linear_desc_destroy)
+    _destroy = staticmethod(_core.lib.fnorm_linear_desc_destroy)
 
     def __init__(self, epilogue: LinearEpilogue = LinearEpilogue.NONE, weight_layout: WeightLayout = WeightLayout.KN,
                  flags: int = LinearFlag.NONE):
-        super().__init__(lib.fnorm_linear_desc_create)
-        check(lib.fnorm_linear_desc_set(self._ptr, int(epilogue), int(weight_layout), int(flags)))
+        super().__init__(_core.lib.fnorm_linear_desc_create)
+        check(_core.lib.fnorm_linear_desc_set(self._ptr, int(epilogue), int(weight_layout), int(flags)))
 
     def get(self) -> tuple[LinearEpilogue, WeightLayout, int]:
         e, l, f = _enum(), _enum(), _u32()
-        check(lib.fnorm_linear_desc_get(self._ptr, ctypes.byref(e), ctypes.byref(l), ctypes.byref(f)))
+        check(_core.lib.fnorm_linear_desc_get(self._ptr, ctypes.byref(e), ctypes.byref(l), ctypes.byref(f)))
         return LinearEpilogue(e.value), WeightLayout(l.value), f.value
 
 
 def linear_aux_size(handle: Handle, desc: LinearDesc, y_desc) -> int:
     n = _size()
-    check(lib.fnorm_linear_aux_size(handle.ptr, desc.ptr, y_desc.ptr, ctypes.byref(n)))
+    check(_core.lib.fnorm_linear_aux_size(handle.ptr, desc.ptr, y_desc.ptr, ctypes.byref(n)))
     return n.value
 
 
 def linear_fwd_workspace_size(handle: Handle, desc: LinearDesc, x_desc, w_desc, y_desc) -> int:
     n = _size()
-    check(lib.fnorm_linear_fwd_workspace_size(handle.ptr, desc.ptr, x_desc.ptr, w_desc.ptr, y_desc.ptr,
+    check(_core.lib.fnorm_linear_fwd_workspace_size(handle.ptr, desc.ptr, x_desc.ptr, w_desc.ptr, y_desc.ptr,
                                               ctypes.byref(n)))
     return n.value
 
@@ -106,7 +103,7 @@ def linear_fwd_workspace_size(handle: Handle, desc: LinearDesc, x_desc, w_desc, 
 def linear_bwd_workspace_size(handle: Handle, desc: LinearDesc, x_desc, w_desc, dy_desc,
                               x_producer: LinearDesc | None = None) -> int:
     n = _size()
-    check(lib.fnorm_linear_bwd_workspace_size(handle.ptr, desc.ptr, x_desc.ptr, w_desc.ptr, dy_desc.ptr,
+    check(_core.lib.fnorm_linear_bwd_workspace_size(handle.ptr, desc.ptr, x_desc.ptr, w_desc.ptr, dy_desc.ptr,
                                               x_producer.ptr if x_producer else None, ctypes.byref(n)))
     return n.value
 
@@ -157,6 +154,7 @@ def linear(x, weight, bias=None, activation=None, weight_layout="nk", save_aux: 
         _on_device(t, name, dev)
     layout = _layout_of(weight_layout)
     epi = _epilogue_of(bias is not None, activation)
+    x, weight = _rowwise(x), _rowwise(weight)
     n = weight.shape[0] if layout == WeightLayout.NK else weight.shape[1]
     if bias is not None and (bias.dtype != x.dtype or bias.numel() != n or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous {x.dtype} tensor of {n} elements")
@@ -170,7 +168,7 @@ def linear(x, weight, bias=None, activation=None, weight_layout="nk", save_aux: 
     ws_bytes = linear_fwd_workspace_size(handle, desc, xd, wd, yd)
     ws = _workspace(ws_bytes, dev, stream)
     st = (stream or torch.cuda.current_stream(dev)).cuda_stream
-    check(lib.fnorm_linear_fwd(handle.ptr, st, desc.ptr, xd.ptr, x.data_ptr(), wd.ptr, weight.data_ptr(),
+    check(_core.lib.fnorm_linear_fwd(handle.ptr, st, desc.ptr, xd.ptr, x.data_ptr(), wd.ptr, weight.data_ptr(),
                                _ptr(bias), yd.ptr, y.data_ptr(), _ptr(aux), aux.numel() if aux is not None else 0,
                                _ptr(ws), ws_bytes))
     return (y, aux) if save_aux else y
@@ -205,6 +203,7 @@ def linear_backward(dy, x, weight, aux=None, has_bias: bool = True, activation=N
     if x_producer_activation is not None:
         prod = _linear_desc(_epilogue_of(True, x_producer_activation), WeightLayout.NK, LinearFlag.NONE)
     handle = _handle_for(dev.index)
+    x, dy, weight = _rowwise(x), _rowwise(dy), _rowwise(weight)
     xd, wd, dyd = _desc_of(x, "x"), _desc_of(weight, "weight"), _desc_of(dy, "dy")
     for t, name in ((dx_out, "dx_out"), (dw_out, "dw_out"), (db_out, "db_out"), (x_db_out, "x_db_out")):
         _on_device(t, name, dev)
@@ -224,7 +223,7 @@ def linear_backward(dy, x, weight, aux=None, has_bias: bool = True, activation=N
     ws_bytes = linear_bwd_workspace_size(handle, desc, xd, wd, dyd, prod)
     ws = _workspace(ws_bytes, dev, stream)
     st = (stream or torch.cuda.current_stream(dev)).cuda_stream
-    check(lib.fnorm_linear_bwd(handle.ptr, st, desc.ptr, xd.ptr, x.data_ptr(), wd.ptr, weight.data_ptr(), dyd.ptr,
+    check(_core.lib.fnorm_linear_bwd(handle.ptr, st, desc.ptr, xd.ptr, x.data_ptr(), wd.ptr, weight.data_ptr(), dyd.ptr,
                                dy.data_ptr(), _ptr(aux), aux.numel() if aux is not None else 0,
                                prod.ptr if prod else None, _ptr(x_aux), x_aux.numel() if x_aux is not None else 0,
                                dxd.ptr if dxd else None, _ptr(dx), _ptr(dw), _ptr(db), _ptr(x_db), _ptr(ws),

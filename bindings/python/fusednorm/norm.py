@@ -1,0 +1,285 @@
+"""LayerNorm / RMSNorm (fnorm_norm_*): the raw prototypes (registered in the
+package's table), `NormDesc`, the size queries, and `layer_norm()`,
+`rms_norm()`, `norm_backward()` on PyTorch CUDA tensors, run on PyTorch's
+current stream of the input's device.
+
+Layouts: x, residual and dy may be any strided tensors. Those the library
+cannot take (the normalized dimensions not packed, rows that do not collapse
+into one stride, expanded dimensions) are copied to packed ones first; a
+residual or dsum whose strides differ from x's / dy's is copied into that
+layout (the library reads them through x's / dy's descriptor); the residual
+sum the function allocates has x's strides, since the library writes it
+through x's descriptor.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from . import _core
+from ._core import (NormFlag, NormMode, _Owned, _axis, _desc_of, _dtype_of, _empty_with_layout_of, _enum,
+                    _handle_for, _i32, _on_device, _p, _ptr, _rows, _rowwise, _same_layout, _size, _sizep,
+                    _stat, _status, _tensor_desc, _u32, _with_layout_of, _workspace, check)
+
+__all__ = ["NormDesc", "norm_fwd_workspace_size", "norm_bwd_workspace_size", "layer_norm", "rms_norm",
+           "norm_backward"]
+
+_NORM_PROTOTYPES = {
+    "fnorm_norm_desc_create": (_status, [ctypes.POINTER(_p)]),
+    "fnorm_norm_desc_destroy": (_status, [_p]),
+    "fnorm_norm_desc_set": (_status, [_p, _enum, _i32, ctypes.c_double]),
+    "fnorm_norm_desc_get": (_status, [_p, ctypes.POINTER(_enum), ctypes.POINTER(_i32),
+                                      ctypes.POINTER(ctypes.c_double)]),
+    "fnorm_norm_desc_set_flags": (_status, [_p, _u32]),
+    "fnorm_norm_desc_get_flags": (_status, [_p, ctypes.POINTER(_u32)]),
+    # (handle, norm, x_desc, y_desc, workspace_bytes*)
+    "fnorm_norm_fwd_workspace_size": (_status, [_p, _p, _p, _p, _sizep]),
+    # (handle, stream, norm, x_desc, x, residual, sum, w_desc, gamma, beta,
+    #  y_desc, y, mean, rstd, workspace, workspace_bytes)
+    "fnorm_norm_fwd": (_status, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _size]),
+    # (handle, norm, x_desc, w_desc, workspace_bytes*)
+    "fnorm_norm_bwd_workspace_size": (_status, [_p, _p, _p, _p, _sizep]),
+    # (handle, stream, norm, x_desc, x, dy_desc, dy, mean, rstd, w_desc, gamma,
+    #  dsum, dx_desc, dx, dgamma, dbeta, workspace, workspace_bytes)
+    "fnorm_norm_bwd": (_status, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _size]),
+}
+_core.register(_NORM_PROTOTYPES)
+
+
+class NormDesc(_Owned):
+    """Mode, first normalized axis, epsilon and flags of a LayerNorm/RMSNorm."""
+    _destroy = staticmethod(_core.lib.fnorm_norm_desc_destroy)
+
+    def __init__(self, mode: NormMode = NormMode.LAYERNORM, begin_norm_axis: int = -1, eps: float = 1e-5,
+                 flags: int = NormFlag.NONE):
+        super().__init__(_core.lib.fnorm_norm_desc_create)
+        check(_core.lib.fnorm_norm_desc_set(self._ptr, int(mode), int(begin_norm_axis), float(eps)))
+        if flags:
+            check(_core.lib.fnorm_norm_desc_set_flags(self._ptr, int(flags)))
+
+    def get(self) -> tuple[NormMode, int, float]:
+        """(mode, begin_norm_axis, epsilon) as the library holds them."""
+        mode, axis, eps = _enum(), _i32(), ctypes.c_double()
+        check(_core.lib.fnorm_norm_desc_get(self._ptr, ctypes.byref(mode), ctypes.byref(axis), ctypes.byref(eps)))
+        return NormMode(mode.value), axis.value, eps.value
+
+    @property
+    def flags(self) -> int:
+        """The NormFlag bits set, as an int."""
+        f = _u32()
+        check(_core.lib.fnorm_norm_desc_get_flags(self._ptr, ctypes.byref(f)))
+        return f.value
+
+    @flags.setter
+    def flags(self, value: int) -> None:
+        check(_core.lib.fnorm_norm_desc_set_flags(self._ptr, int(value)))
+
+
+def norm_fwd_workspace_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc, y_desc: TensorDesc) -> int:
+    """Bytes of scratch fnorm_norm_fwd needs (validates the descriptors)."""
+    n = _size()
+    check(_core.lib.fnorm_norm_fwd_workspace_size(handle.ptr, norm.ptr, x_desc.ptr, y_desc.ptr, ctypes.byref(n)))
+    return n.value
+
+
+def norm_bwd_workspace_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc,
+                            w_desc: TensorDesc | None = None) -> int:
+    """Bytes of scratch fnorm_norm_bwd needs (w_desc None: no dgamma/dbeta)."""
+    n = _size()
+    check(_core.lib.fnorm_norm_bwd_workspace_size(handle.ptr, norm.ptr, x_desc.ptr, w_desc.ptr if w_desc else None,
+                                            ctypes.byref(n)))
+    return n.value
+
+
+@functools.lru_cache(maxsize=64)
+def _norm_desc(mode: NormMode, begin_norm_axis: int, eps: float, flags: int) -> NormDesc:
+    return NormDesc(mode, begin_norm_axis, eps, flags)
+
+
+
+def _norm_fwd(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamma, return_stats,
+              out, sum_out, mean_out, rstd_out, begin_norm_axis, stream):
+    import torch
+    if not x.is_cuda:
+        raise ValueError("x must be a CUDA tensor")
+    dev = x.device
+    for t, name in ((weight, "weight"), (bias, "bias"), (residual, "residual"), (out, "out"),
+                    (sum_out, "sum_out")):
+        _on_device(t, name, dev)
+    if sum_out is not None and residual is None:
+        raise ValueError("sum_out needs residual")
+    rows = _rows(x, begin_norm_axis)
+    x_in = x
+    x = _rowwise(x, _axis(x, begin_norm_axis))
+    if x is not x_in and (out is x_in or sum_out is x_in):
+        raise ValueError("x's layout is not one the library takes (it was copied): out / sum_out cannot be x")
+    # residual and sum are read and written through x's descriptor.
+    residual = _with_layout_of(residual, x, "residual")
+    _same_layout(sum_out, "sum_out", x)
+    y = torch.empty_like(x) if out is None else out
+    s = None
+    if residual is not None:
+        s = _empty_with_layout_of(x) if sum_out is None else sum_out
+    want_mean = mode == NormMode.LAYERNORM
+    mean = _stat(mean_out, "mean_out", x, rows)
+    rstd = _stat(rstd_out, "rstd_out", x, rows)
+    if return_stats:
+        if mean is None and want_mean:
+            mean = torch.empty(rows, dtype=torch.float32, device=dev)
+        if rstd is None:
+            rstd = torch.empty(rows, dtype=torch.float32, device=dev)
+
+    xd = _desc_of(x, "x")
+    yd = _desc_of(y, "out")
+    # w_desc describes gamma and beta together: build it from whichever exists.
+    if weight is not None and bias is not None and (
+            bias.shape != weight.shape or bias.stride() != weight.stride() or bias.dtype != weight.dtype):
+        raise ValueError(f"bias must have weight's dtype, shape and strides ({weight.dtype}, "
+                         f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
+    w = weight if weight is not None else bias
+    wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
+    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
+    handle = _handle_for(dev.index)
+    ws_bytes = norm_fwd_workspace_size(handle, nd, xd, yd)
+    ws = _workspace(ws_bytes, dev, stream)
+    st = (stream or torch.cuda.current_stream(dev)).cuda_stream
+    check(_core.lib.fnorm_norm_fwd(handle.ptr, st, nd.ptr, xd.ptr, x.data_ptr(), _ptr(residual), _ptr(s),
+                             wd.ptr if wd else None, _ptr(weight), _ptr(bias), yd.ptr, y.data_ptr(),
+                             _ptr(mean), _ptr(rstd), _ptr(ws), ws_bytes))
+    result = [y]
+    if s is not None:
+        result.append(s)
+    if return_stats:
+        if want_mean:
+            result.append(mean)
+        result.append(rstd)
+    return y if len(result) == 1 else tuple(result)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, residual=None, zero_centered_gamma: bool = False,
+               return_stats: bool = False, out=None, sum_out=None, mean_out=None, rstd_out=None,
+               begin_norm_axis: int = -1, stream=None):
+    """LayerNorm forward over dimensions [begin_norm_axis, x.dim()) of a CUDA
+    tensor x (fp32/fp16/bf16), fp32 math, on PyTorch's current stream of x's
+    device (or `stream`, a torch.cuda.Stream).
+
+    weight, bias: optional, shaped as the normalized dimensions (or one
+      dimension of their product), packed, in x's dtype or float32.
+    residual: normalize s = x + residual (rounded to x's dtype) instead of x,
+      and return s too (written to sum_out when given; sum_out may be x or
+      residual itself).
+    zero_centered_gamma: the scale applied is (1 + weight).
+    return_stats: also return mean and rstd, float32 tensors of [rows] (rows =
+      the product of the dimensions before begin_norm_axis), for
+      norm_backward. mean_out/rstd_out, when given, are written whatever
+      return_stats says.
+    out: y's buffer (allocated like x otherwise; may be x itself).
+
+    Returns y; (y, s) with residual; (y, mean, rstd) with return_stats;
+    (y, s, mean, rstd) with both.
+    """
+    return _norm_fwd(NormMode.LAYERNORM, x, weight, bias, eps, residual, zero_centered_gamma, return_stats,
+                     out, sum_out, mean_out, rstd_out, begin_norm_axis, stream)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, residual=None, zero_centered_gamma: bool = False,
+             return_stats: bool = False, out=None, sum_out=None, rstd_out=None, begin_norm_axis: int = -1,
+             stream=None):
+    """RMSNorm forward: y = s * rrms * weight, rrms = 1/sqrt(mean(s^2) + eps),
+    s = x or x + residual. Arguments as layer_norm's; RMSNorm has no bias and
+    no mean: the only statistic is rrms, returned (and written) as rstd.
+
+    Returns y; (y, s) with residual; (y, rstd) with return_stats;
+    (y, s, rstd) with both.
+    """
+    return _norm_fwd(NormMode.RMSNORM, x, weight, None, eps, residual, zero_centered_gamma, return_stats,
+                     out, sum_out, None, rstd_out, begin_norm_axis, stream)
+
+
+def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=None,
+                  zero_centered_gamma: bool = False, need_dgamma: bool = True, need_dbeta: bool = True,
+                  dx_out=None, dgamma_out=None, dbeta_out=None, param_dtype=None,
+                  begin_norm_axis: int = -1, stream=None):
+    """LayerNorm/RMSNorm backward on PyTorch CUDA tensors, on PyTorch's current
+    stream of dy's device (or `stream`).
+
+    mode: NormMode.LAYERNORM or NormMode.RMSNORM.
+    dy: the gradient of y. x_or_sum: the tensor that was normalized (x, or
+      the forward's s with a residual). mean, rstd: the forward's statistics
+      (mean is None for RMSNorm).
+    weight: the forward's gamma (None: scale 1); zero_centered_gamma as in
+      the forward.
+    dsum: the gradient that reached s from the residual path; it is added
+      into dx, which is then also the residual's gradient.
+    need_dgamma: compute dgamma (only when weight is given).
+    need_dbeta: compute dbeta (LayerNorm only). Without weight, dbeta is
+      shaped as x's normalized dimensions, in param_dtype (default x's).
+    dx_out, dgamma_out, dbeta_out: output buffers (allocated otherwise).
+
+    dgamma and dbeta are summed over rows in a fixed order (the same bits run
+    to run). The workspace is allocated from PyTorch after the size query.
+    Returns (dx, dgamma, dbeta), with None for what was not computed.
+    """
+    import torch
+    mode = NormMode(mode)
+    x = x_or_sum
+    if not dy.is_cuda:
+        raise ValueError("dy must be a CUDA tensor")
+    dev = dy.device
+    for t, name in ((x, "x_or_sum"), (weight, "weight"), (dsum, "dsum"), (dx_out, "dx_out"),
+                    (dgamma_out, "dgamma_out"), (dbeta_out, "dbeta_out")):
+        _on_device(t, name, dev)
+    rows = _rows(x, begin_norm_axis)
+    axis = _axis(x, begin_norm_axis)
+    x = _rowwise(x, axis)
+    dy = _rowwise(dy, axis)
+    # dsum is read through dy's descriptor.
+    dsum = _with_layout_of(dsum, dy, "dsum")
+    if mode == NormMode.LAYERNORM:
+        mean = _stat(mean, "mean", x, rows)
+    elif mean is not None:
+        raise ValueError("RMSNorm takes no mean")
+    rstd = _stat(rstd, "rstd", x, rows)
+    want_dgamma = need_dgamma and weight is not None
+    want_dbeta = need_dbeta and mode == NormMode.LAYERNORM
+
+    dx = torch.empty_like(x) if dx_out is None else dx_out
+    # dgamma/dbeta take w_desc's shape and dtype. Without weight there is no
+    # gamma to copy them from: use x's normalized dimensions, packed.
+    if weight is not None:
+        param_shape, pdt = tuple(weight.shape), weight.dtype
+    else:
+        param_shape = tuple(x.shape[_axis(x, begin_norm_axis):])
+        pdt = param_dtype if param_dtype is not None else x.dtype
+    for t, name in ((dgamma_out, "dgamma_out"), (dbeta_out, "dbeta_out")):
+        # w_desc describes gamma, dgamma and dbeta alike.
+        if t is not None and (tuple(t.shape) != param_shape or t.dtype != pdt or not t.is_contiguous()):
+            raise ValueError(f"{name} must be a contiguous {pdt} tensor of shape {param_shape}")
+    dgamma = dbeta = None
+    if want_dgamma:
+        dgamma = torch.empty(param_shape, dtype=pdt, device=dev) if dgamma_out is None else dgamma_out
+    if want_dbeta:
+        dbeta = torch.empty(param_shape, dtype=pdt, device=dev) if dbeta_out is None else dbeta_out
+
+    xd = _desc_of(x, "x_or_sum")
+    dyd = _desc_of(dy, "dy")
+    dxd = _desc_of(dx, "dx_out")
+    wd = None
+    if weight is not None:
+        wd = _desc_of(weight, "weight")
+    elif want_dbeta:
+        wd = _tensor_desc(_dtype_of(dbeta, "dbeta"), param_shape, tuple(dbeta.stride()))
+    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    # Backward uses the saved rstd, not epsilon; any valid epsilon will do.
+    nd = _norm_desc(mode, int(begin_norm_axis), 1e-5, flags)
+    handle = _handle_for(dev.index)
+    ws_bytes = norm_bwd_workspace_size(handle, nd, xd, wd)
+    ws = _workspace(ws_bytes, dev, stream)
+    st = (stream or torch.cuda.current_stream(dev)).cuda_stream
+    check(_core.lib.fnorm_norm_bwd(handle.ptr, st, nd.ptr, xd.ptr, x.data_ptr(), dyd.ptr, dy.data_ptr(),
+                             _ptr(mean), _ptr(rstd), wd.ptr if wd else None, _ptr(weight), _ptr(dsum),
+                             dxd.ptr, dx.data_ptr(), _ptr(dgamma), _ptr(dbeta), _ptr(ws), ws_bytes))
+    return dx, dgamma, dbeta
+
+
