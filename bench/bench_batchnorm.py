@@ -54,6 +54,11 @@ CASES = [
     ("fp16", [128, 256, 56, 56], "nhwc", "add_relu", True),
     ("bf16", [128, 256, 56, 56], "nhwc", "add_relu", False),
     ("fp32", [2100000, 256, 4], "nchw", "none", True),
+    # BN+ReLU, ResNet's commonest BatchNorm (issue 20, item 4): NATIVE against
+    # cuDNN's fused BN+activation through our CUDNN engine, and PyTorch.
+    ("fp16", [128, 64, 56, 56], "nhwc", "relu", True),
+    ("fp16", [128, 256, 56, 56], "nhwc", "relu", True),
+    ("fp16", [256, 64, 112, 112], "nhwc", "relu", True),
 ]
 INFER_CASES = [
     ("fp32", [16, 32, 112, 112], "nchw", "none"),
@@ -295,16 +300,19 @@ def markdown(rows, B) -> str:
     lines = [f"## BatchNorm ({B.name}, copy {B.copy_gbps:.0f} GB/s measured in the same run)", "",
              "µs: median per call, CUDA-graph replay, buffers rotated over > 8x L2. PyTorch: F.batch_norm "
              "(+ in-place add and relu) with cuDNN on / off; autograd for backward. 'cuDNN engine': ours "
-             "calling cuDNN's BatchNormalization*Ex (— where cuDNN refuses). vs X = X µs / ours.", "",
+             "calling cuDNN's BatchNormalization*Ex (— where cuDNN refuses). vs X = X µs / ours. fwd+bwd "
+             "(bwd rows): the forward and backward times of the case added, each side its own.", "",
              "| op | dtype | shape | layout | epilogue | ours µs | GB/s | % copy | PyTorch cuDNN µs | "
-             "PyTorch native µs | vs PyTorch | cuDNN engine µs | vs cuDNN | fwd+bwd vs PyTorch |",
-             "|" + "---|" * 14]
+             "PyTorch native µs | vs PyTorch | cuDNN engine µs | vs cuDNN | fwd+bwd µs | "
+             "fwd+bwd vs PyTorch | fwd+bwd vs cuDNN engine |",
+             "|" + "---|" * 16]
     for r in rows:
         lines.append("| " + " | ".join([
             r["op"].replace("batchnorm_", ""), r["dtype"], "×".join(map(str, r["shape"])), r["layout"], r["epilogue"],
             fmt(r["us"]), fmt(r["gbps"], "{:.0f}"), fmt(r["pct_copy"], "{:.0f}%"), fmt(r["torch_cudnn_us"]),
             fmt(r["torch_native_us"]), fmt(r["vs_torch"], "{:.2f}x"), fmt(r["cudnn_us"]),
-            fmt(r["vs_cudnn"], "{:.2f}x"), fmt(r.get("vs_torch_fwd_bwd"), "{:.2f}x")]) + " |")
+            fmt(r["vs_cudnn"], "{:.2f}x"), fmt(r.get("fwd_bwd_us")), fmt(r.get("vs_torch_fwd_bwd"), "{:.2f}x"),
+            fmt(r.get("vs_cudnn_fwd_bwd"), "{:.2f}x")]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -363,6 +371,8 @@ def summary(r):
          f"-> {fmt(r['vs_torch'], '{:.2f}x')}, cudnn engine {fmt(r['cudnn_us'])} ({fmt(r['vs_cudnn'], '{:.2f}x')})")
     if r.get("vs_torch_fwd_bwd"):
         s += f", fwd+bwd {r['fwd_bwd_us']} vs torch {r['torch_fwd_bwd_us']} ({r['vs_torch_fwd_bwd']:.2f}x)"
+    if r.get("vs_cudnn_fwd_bwd"):
+        s += f" vs cudnn engine {r['cudnn_fwd_bwd_us']} ({r['vs_cudnn_fwd_bwd']:.2f}x)"
     if r.get("max_abs_diff_vs_torch_fp64") is not None:
         s += f", diff {r['max_abs_diff_vs_torch_fp64']:.2g}"
     return s

@@ -2,7 +2,13 @@
 """LayerNorm / RMSNorm benchmark: libfusednorm beside PyTorch, in one run.
 
 Ops (shared/design.md §6 names): layernorm_fwd, rmsnorm_fwd, layernorm_bwd,
-rmsnorm_bwd, layernorm_residual_fwd.
+rmsnorm_bwd, layernorm_residual_fwd, and rmsnorm_fwd_bwd / layernorm_fwd_bwd
+(one training step of the norm: the forward, then the backward of it).
+
+Liger-Kernel (liger_kernel, Triton kernels LLM trainers install instead of
+torch's norms) is timed beside ours at the LLM shapes (LIGER_SHAPES) when it
+is importable: liger_us / vs_liger; otherwise those rows say why in
+liger_note and carry no Liger figure.
 
 Method (bench/README.md says more):
 - CUDA-event timing of CUDA-graph replays, so launch overhead (ours through
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.metadata
 import json
 import math
 import os
@@ -55,16 +62,22 @@ ONEFLOW_H200_FP16_49152 = {32: 11.9, 64: 18.7, 128: 23.7, 256: 39.9, 512: 114, 1
 CUDNN_H200_BF16_TBPS = {("rmsnorm", 16384, 4096): (3.71, 3.80), ("rmsnorm", 8192, 8192): (3.77, 3.53),
                         ("rmsnorm", 8192, 128): (1.44, 0.73), ("layernorm", 1024, 12288): (3.23, 0.95)}
 
+# LLM shapes (bf16) at which Liger-Kernel is timed beside ours (issue 20, 1b).
+LIGER_SHAPES = ((4096, 4096), (16384, 4096), (8192, 8192), (32768, 2048), (4096, 16384))
+
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 FN_DTYPES = {"fp32": fn.DType.FLOAT32, "fp16": fn.DType.FLOAT16, "bf16": fn.DType.BFLOAT16}
-OPS = ("layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd")
+OPS = ("layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
+       "rmsnorm_fwd_bwd", "layernorm_fwd_bwd")
 BYTES = {"layernorm_fwd": "read x + write y",
          "rmsnorm_fwd": "read x + write y",
          "layernorm_bwd": "read x + read dy + write dx",
          "rmsnorm_bwd": "read x + read dy + write dx",
-         "layernorm_residual_fwd": "read x + read r + write s + write y"}
+         "layernorm_residual_fwd": "read x + read r + write s + write y",
+         "rmsnorm_fwd_bwd": "forward (read x + write y) + backward (read x + read dy + write dx)",
+         "layernorm_fwd_bwd": "forward (read x + write y) + backward (read x + read dy + write dx)"}
 TENSORS_MOVED = {"layernorm_fwd": 2, "rmsnorm_fwd": 2, "layernorm_bwd": 3, "rmsnorm_bwd": 3,
-                 "layernorm_residual_fwd": 4}
+                 "layernorm_residual_fwd": 4, "rmsnorm_fwd_bwd": 5, "layernorm_fwd_bwd": 5}
 EPS = 1e-5
 
 FP16_COLS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -88,11 +101,61 @@ def plan(quick: bool) -> list[tuple[str, str, int, int]]:
     for (norm, r, c) in CUDNN_H200_BF16_TBPS:
         by_op[f"{norm}_fwd"].append(("bf16", r, c))
         by_op[f"{norm}_bwd"].append(("bf16", r, c))
+    # LLM shapes, where Liger-Kernel is timed too.
+    for r, c in LIGER_SHAPES:
+        for op in ("rmsnorm_fwd", "layernorm_fwd", "rmsnorm_fwd_bwd", "layernorm_fwd_bwd"):
+            if ("bf16", r, c) not in by_op[op]:
+                by_op[op].append(("bf16", r, c))
     out = []
     for op in OPS:
         shapes = by_op[op][::3] if quick else by_op[op]
         out += [(op, dt, r, c) for dt, r, c in shapes]
     return out
+
+
+def load_liger():
+    """Liger-Kernel's norm autograd functions (Triton kernels), or why not.
+
+    Returns ((rms_fn, ln_fn, version), None) or (None, reason). They are the
+    classes its LigerRMSNorm / LigerLayerNorm modules and its liger_rms_norm /
+    liger_layer_norm functionals apply on a CUDA GPU."""
+    try:
+        from liger_kernel.ops import LigerLayerNormFunction, LigerRMSNormFunction
+    except Exception as e:  # noqa: BLE001 - not installed, or its Triton/torch refuses
+        return None, f"liger_kernel not importable ({type(e).__name__}: {str(e)[:200]})"
+    try:
+        version = importlib.metadata.version("liger_kernel")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return (LigerRMSNormFunction, LigerLayerNormFunction, version), None
+
+
+# Liger's RMSNorm computes the same function as ours and torch's (fp32 from
+# x and w, one rounding of y) in its "gemma" casting mode with offset 0; its
+# default "llama" mode rounds x*rstd to the input dtype before multiplying by
+# w (two roundings), so it is timed for reference only (liger_llama_us).
+LIGER_RMS_CASTING = "gemma"
+
+
+def liger_wanted(op: str, dtype: str, rows: int, cols: int) -> bool:
+    if op.endswith("_fwd_bwd"):
+        return True
+    return op in ("rmsnorm_fwd", "layernorm_fwd") and dtype == "bf16" and (rows, cols) in LIGER_SHAPES
+
+
+def liger_forward(B, ln: bool, w, b, casting: str = LIGER_RMS_CASTING):
+    """x -> y through Liger's autograd function (in_place=True, its module's
+    default: the backward writes dx over dy, saving a buffer)."""
+    rms_fn, ln_fn, _ = B.liger
+    if ln:
+        return lambda x: ln_fn.apply(x, w, b, EPS)
+    return lambda x: rms_fn.apply(x, w, EPS, 0.0, casting, True)
+
+
+def liger_impl(B, ln: bool) -> str:
+    if ln:
+        return f"liger_kernel {B.liger[2]} LigerLayerNormFunction"
+    return f"liger_kernel {B.liger[2]} LigerRMSNormFunction (casting_mode={LIGER_RMS_CASTING}, offset 0, in_place)"
 
 
 def gpu_tag(name: str) -> str:
@@ -186,6 +249,7 @@ class Bench:
         self.copy_gbps = copy_bandwidth_gbps()
         self.max_reps = reps
         self.handle = fn._handle_for(torch.cuda.current_device())
+        self.liger, self.liger_note = load_liger()
 
     def n_sets(self, set_bytes: int) -> int:
         # Enough sets to cover 8x L2; at least 2 so that consecutive launches
@@ -280,12 +344,17 @@ def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
         diff = max(max_diff(ss[0], ref[0]), max_diff(ys[0], ref[1]))
     else:
         diff = max_diff(ys[0], ref)
+    liger = {}
+    if not residual and liger_wanted(op, dtype, rows, cols):
+        liger = liger_setup(B, ln, w, b, lambda f: (lambda i: f(xs[i % n_sets])),
+                            lambda y: max_diff(y, ref), forward_only=True, with_llama=not ln)
     del ref
 
     reps = B.reps(n_sets, moved)
     us = time_graph(ours, n_sets, reps)
     torch_us = time_graph(torch_fwd, n_sets, reps)
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
+    liger_time(row, liger, n_sets, reps, us)
     if residual:
         # Unfused with our own LayerNorm: s = x + r by torch.add, then norm(s).
         def unfused(i):
@@ -425,6 +494,164 @@ def bench_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
     return row
 
 
+# ---------------------------------------------------------------------------
+# Liger-Kernel beside ours
+# ---------------------------------------------------------------------------
+def liger_setup(B: Bench, ln: bool, w, b, make_launch, check, forward_only: bool, with_llama=False) -> dict:
+    """Runs Liger once on set 0 and checks it against torch (check(output) ->
+    max |difference|); returns what liger_time needs ({"launch",
+    "llama_launch", "impl", "diff"}), or {"note": why not}
+    when Liger is absent or fails: the row then says so and carries no Liger
+    figure. make_launch(f) turns Liger's x -> y into the launch(i) that
+    time_graph captures."""
+    if B.liger is None:
+        return {"note": B.liger_note}
+    try:
+        launch = make_launch(liger_forward(B, ln, w, b))
+        if forward_only:
+            launch = no_grad(launch)
+        out = launch(0)
+        torch.cuda.synchronize()
+        res = {"launch": launch, "impl": liger_impl(B, ln), "diff": check(out)}
+        del out
+        if with_llama:
+            llama = make_launch(liger_forward(B, ln, w, b, casting="llama"))
+            res["llama_launch"] = no_grad(llama) if forward_only else llama
+        return res
+    except Exception as e:  # noqa: BLE001 - Liger's failure is a note on our row, not our error
+        print(f"  liger failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return {"note": f"liger_kernel failed here ({type(e).__name__}: {str(e)[:200]})"}
+
+
+def no_grad(launch):
+    def f(i):
+        with torch.no_grad():
+            return launch(i)
+    return f
+
+
+def liger_time(row: dict, liger: dict, n_sets: int, reps: int, us: float) -> None:
+    """Times what liger_setup prepared (same graphs, same sets, same reps as
+    ours) and fills liger_us / vs_liger, or liger_note."""
+    if not liger:
+        return
+    row["liger_us"] = row["vs_liger"] = None
+    if "note" in liger:
+        row["liger_note"] = liger["note"]
+        return
+    try:
+        liger_us = time_graph(liger["launch"], n_sets, reps)
+        if "llama_launch" in liger:
+            row["liger_llama_us"] = round(time_graph(liger["llama_launch"], n_sets, reps), 2)
+    except Exception as e:  # noqa: BLE001
+        print(f"  liger timing failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        row["liger_note"] = f"liger_kernel failed in timing ({type(e).__name__}: {str(e)[:200]})"
+        return
+    row["liger_us"] = round(liger_us, 2)
+    row["vs_liger"] = round(liger_us / us, 3)
+    row["liger_impl"] = liger["impl"]
+    row["max_abs_diff_liger_vs_torch"] = liger["diff"]
+
+
+# ---------------------------------------------------------------------------
+# Forward + backward: rmsnorm_fwd_bwd, layernorm_fwd_bwd (one training step
+# of the norm, both launches in one graph)
+# ---------------------------------------------------------------------------
+def bench_fwd_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
+    ln = op == "layernorm_fwd_bwd"
+    tdt = TORCH_DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    moved = TENSORS_MOVED[op] * rows * cols * esize
+    n_sets = B.n_sets(moved)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(2468 + cols)
+    xs = rand_sets(n_sets, rows, cols, tdt, gen, "x")
+    dys = rand_sets(n_sets, rows, cols, tdt, gen, "dy")
+    ys = [torch.empty_like(x) for x in xs]
+    dxs = [torch.empty_like(x) for x in xs]
+    means = [torch.empty(rows, device="cuda") for _ in range(n_sets)] if ln else [None] * n_sets
+    rstds = [torch.empty(rows, device="cuda") for _ in range(n_sets)]
+    w, b = params(cols, tdt, gen)
+    if not ln:
+        b = None
+    dgamma = torch.empty_like(w)
+    dbeta = torch.empty_like(w) if ln else None
+
+    xd = fn.TensorDesc(FN_DTYPES[dtype], [rows, cols])
+    wd = fn.TensorDesc(FN_DTYPES[dtype], [cols])
+    nd = fn.NormDesc(fn.NormMode.LAYERNORM if ln else fn.NormMode.RMSNORM, -1, EPS)
+    fws_bytes = fn.norm_fwd_workspace_size(B.handle, nd, xd, xd)
+    bws_bytes = fn.norm_bwd_workspace_size(B.handle, nd, xd, wd)
+    fws = torch.empty(fws_bytes, dtype=torch.uint8, device="cuda") if fws_bytes else None
+    bws = torch.empty(bws_bytes, dtype=torch.uint8, device="cuda") if bws_bytes else None
+    ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+
+    def ours(i):
+        k = i % n_sets
+        stream = torch.cuda.current_stream().cuda_stream
+        fn.check(fn.lib.fnorm_norm_fwd(B.handle.ptr, stream, nd.ptr, xd.ptr, xs[k].data_ptr(), None, None,
+                                       wd.ptr, w.data_ptr(), ptr(b), xd.ptr, ys[k].data_ptr(), ptr(means[k]),
+                                       rstds[k].data_ptr(), ptr(fws), fws_bytes))
+        fn.check(fn.lib.fnorm_norm_bwd(B.handle.ptr, stream, nd.ptr, xd.ptr, xs[k].data_ptr(), xd.ptr,
+                                       dys[k].data_ptr(), ptr(means[k]), rstds[k].data_ptr(), wd.ptr,
+                                       w.data_ptr(), None, xd.ptr, dxs[k].data_ptr(), dgamma.data_ptr(),
+                                       ptr(dbeta), ptr(bws), bws_bytes))
+
+    # PyTorch and Liger: autograd of the forward, gradients for x and the
+    # parameters (what ours computes), y kept alive as training keeps it.
+    xr = [x.detach().requires_grad_(True) for x in xs]
+    wr = w.detach().requires_grad_(True)
+    br = b.detach().requires_grad_(True) if ln else None
+    prm = (wr, br) if ln else (wr,)
+
+    def step(forward, grads):
+        def f(i):
+            k = i % n_sets
+            y = forward(xr[k])
+            return (y,) + torch.autograd.grad(y, (xr[k],) + prm, grads[k])
+        return f
+
+    if ln:
+        torch_step = step(lambda x: F.layer_norm(x, (cols,), wr, br, EPS), dys)
+    else:
+        torch_step = step(lambda x: F.rms_norm(x, (cols,), wr, EPS), dys)
+
+    # Correctness beside PyTorch (outputs poisoned first).
+    for t in (ys[0], dxs[0], dgamma) + ((dbeta,) if ln else ()):
+        t.fill_(float("nan"))
+    ours(0)
+    ref = torch_step(0)
+    torch.cuda.synchronize()
+    diff = max_diff(dxs[0], ref[1])
+    diff_y = max_diff(ys[0], ref[0])
+    diff_dgamma = max_diff(dgamma, ref[2])
+    diff_dbeta = max_diff(dbeta, ref[3]) if ln else None
+
+    liger = {}
+    if liger_wanted(op, dtype, rows, cols):
+        # Liger's RMSNorm backward writes dx over dy (in_place, its module's
+        # default): its own copies of dy, so ours and torch's stay intact.
+        ldys = dys if ln else [d.clone() for d in dys]
+        liger = liger_setup(B, ln, wr, br, lambda f: step(f, ldys),
+                            lambda out: max(max_diff(out[0], ref[0]), max_diff(out[1], ref[1])),
+                            forward_only=False)
+    del ref
+
+    reps = B.reps(n_sets, moved)
+    us = time_graph(ours, n_sets, reps)
+    torch_us = time_graph(torch_step, n_sets, reps)
+    row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
+    row["torch_impl"] = "autograd(F.layer_norm)" if ln else "autograd(F.rms_norm)"
+    liger_time(row, liger, n_sets, reps, us)
+    row["max_abs_diff_vs_torch"] = diff
+    row["max_abs_diff_y_vs_torch"] = diff_y
+    row["max_abs_diff_dgamma_vs_torch"] = diff_dgamma
+    if ln:
+        row["max_abs_diff_dbeta_vs_torch"] = diff_dbeta
+    row["buffer_sets"] = n_sets
+    return row
+
+
 def row_common(B: Bench, op, dtype, rows, cols, moved, us, torch_us) -> dict:
     gbps = moved / (us * 1e-6) / 1e9
     return {
@@ -460,7 +687,13 @@ def markdown(result: dict) -> str:
              "count the bytes stated per op. vs X = X µs / our µs (above 1: we are faster). OneFlow: "
              "design.md §7 anchor (H200), not measured here. cuDNN: cuDNN 9.19.1's published H200 TB/s for "
              "that shape; 'ours TB/s (cuDNN bytes)' counts bytes as it does (parameters and statistics too), "
-             "and cuDNN µs is its byte count over its TB/s.", ""]
+             "and cuDNN µs is its byte count over its TB/s. Liger: Liger-Kernel's Triton norms timed in this run "
+             "the same way (RMSNorm in its casting mode that computes our function; 'Liger llama µs' is its "
+             "default mode, which rounds x·rstd before ×γ). fwd_bwd ops: the forward then its backward in one "
+             "graph (ours: the two C calls; PyTorch and Liger: autograd, dx and the parameter gradients).", ""]
+    if any(r.get("liger_note") for r in result["rows"]):
+        lines += [f"Liger-Kernel: {next(r['liger_note'] for r in result['rows'] if r.get('liger_note'))}; "
+                  "rows that would carry it show —.", ""]
     for op in OPS:
         rows = [r for r in result["rows"] if r["op"] == op]
         if not rows:
@@ -485,7 +718,14 @@ def markdown(result: dict) -> str:
                      ("ours TB/s (cuDNN bytes)",
                       lambda r: f"{r['tbps_cudnn_bytes']:.2f}" if r.get("tbps_cudnn_bytes") else "—"),
                      ("vs cuDNN", lambda r: f"{r['vs_cudnn']:.2f}x" if r.get("vs_cudnn") else "—")]
+        if has("liger_us") or any(r.get("liger_note") for r in rows):
+            cols += [("Liger µs", lambda r: fmt(r.get("liger_us"), "{:.1f}")),
+                     ("vs Liger", lambda r: fmt(r.get("vs_liger"), "{:.2f}x"))]
+        if has("liger_llama_us"):
+            cols += [("Liger llama µs", lambda r: fmt(r.get("liger_llama_us"), "{:.1f}"))]
         cols += [("max abs diff vs PyTorch", lambda r: f"{r['max_abs_diff_vs_torch']:.2g}")]
+        if has("max_abs_diff_liger_vs_torch"):
+            cols += [("Liger diff vs PyTorch", lambda r: fmt(r.get("max_abs_diff_liger_vs_torch"), "{:.2g}"))]
         if has("max_abs_diff_dgamma_vs_torch"):
             cols += [("dγ max abs diff", lambda r: f"{r['max_abs_diff_dgamma_vs_torch']:.2g}")]
         lines += [f"## {op}", "", f"Bytes counted: {BYTES[op]}. PyTorch: `{rows[0].get('torch_impl', '')}`.", "",
@@ -499,6 +739,10 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def fmt(v, f: str) -> str:
+    return "—" if v is None else f.format(v)
+
+
 def summary(r: dict) -> str:
     s = (f"{r['op']} {r['dtype']} {r['shape'][0]}x{r['shape'][1]}: {r['us']:.1f} us, {r['gbps']:.0f} GB/s "
          f"({r['pct_copy']:.0f}% copy), torch {r['torch_us']:.1f} us ({r['vs_torch']:.2f}x)")
@@ -508,6 +752,12 @@ def summary(r: dict) -> str:
         s += f", oneflow {r['oneflow_us']} ({r['vs_oneflow']:.2f}x)"
     if r.get("cudnn_published_tbps") is not None:
         s += f", {r['tbps_cudnn_bytes']:.2f} TB/s cuDNN-bytes vs cuDNN {r['cudnn_published_tbps']}"
+    if r.get("liger_us") is not None:
+        s += f", liger {r['liger_us']:.1f} us ({r['vs_liger']:.2f}x)"
+        if r.get("liger_llama_us") is not None:
+            s += f" [llama mode {r['liger_llama_us']:.1f}]"
+    elif r.get("liger_note"):
+        s += f", liger: {r['liger_note'][:60]}"
     return s + f", diff {r['max_abs_diff_vs_torch']:.2g}"
 
 
@@ -550,7 +800,8 @@ def main() -> int:
                 todo.append(case)
     for op, dt, r, c in todo:
         try:
-            row = (bench_bwd if op.endswith("_bwd") else bench_fwd)(B, op, dt, r, c)
+            bench = bench_fwd_bwd if op.endswith("_fwd_bwd") else bench_bwd if op.endswith("_bwd") else bench_fwd
+            row = bench(B, op, dt, r, c)
             rows.append(row)
             print(summary(row), flush=True)
         except Exception as e:  # noqa: BLE001 - record it, go on with the other shapes
