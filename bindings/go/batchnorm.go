@@ -1,0 +1,396 @@
+package fusednorm
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// BNEpilogue is what follows the BatchNorm normalization (fnorm_bn_epilogue_t).
+type BNEpilogue int32
+
+const (
+	BNEpilogueNone    BNEpilogue = C.FNORM_BN_EPILOGUE_NONE     // y = bn(x)
+	BNEpilogueReLU    BNEpilogue = C.FNORM_BN_EPILOGUE_RELU     // y = max(bn(x), 0)
+	BNEpilogueAddReLU BNEpilogue = C.FNORM_BN_EPILOGUE_ADD_RELU // y = max(bn(x) + z, 0)
+)
+
+// BNAverage is how training updates the running statistics (fnorm_bn_average_t).
+type BNAverage int32
+
+const (
+	BNAverageExponential BNAverage = C.FNORM_BN_AVERAGE_EXPONENTIAL // momentum
+	BNAverageCumulative  BNAverage = C.FNORM_BN_AVERAGE_CUMULATIVE  // PyTorch's momentum=None
+)
+
+// BNEngine picks the implementation (fnorm_bn_engine_t).
+type BNEngine int32
+
+const (
+	BNEngineAuto   BNEngine = C.FNORM_BN_ENGINE_AUTO
+	BNEngineNative BNEngine = C.FNORM_BN_ENGINE_NATIVE
+	BNEngineCUDNN  BNEngine = C.FNORM_BN_ENGINE_CUDNN
+)
+
+// BNSyncFlag is a SyncBatchNorm flag (fnorm_bn_sync_flag_t), ORed.
+type BNSyncFlag uint32
+
+const (
+	BNSyncNone BNSyncFlag = C.FNORM_BN_SYNC_NONE
+	// BNSyncGlobalWeightGrads: dgamma / dbeta summed over all ranks.
+	BNSyncGlobalWeightGrads BNSyncFlag = C.FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS
+)
+
+// BatchNormDesc configures BatchNorm / SyncBatchNorm (fnorm_batchnorm_desc_t).
+// Defaults: no epilogue, epsilon 1e-5, exponential averaging with momentum
+// 0.1, engine Auto, no communicator.
+type BatchNormDesc struct {
+	object
+	d       C.fnorm_batchnorm_desc_t
+	cleanup runtime.Cleanup
+}
+
+// NewBatchNormDesc creates a BatchNorm descriptor with the defaults
+// (fnorm_batchnorm_desc_create).
+func NewBatchNormDesc() (*BatchNormDesc, error) {
+	var d C.fnorm_batchnorm_desc_t
+	var msg *C.char
+	if err := check("fnorm_batchnorm_desc_create", C.gofn_batchnorm_desc_create(&d, &msg), msg); err != nil {
+		return nil, err
+	}
+	bd := &BatchNormDesc{d: d}
+	bd.init()
+	bd.cleanup = runtime.AddCleanup(bd, func(d C.fnorm_batchnorm_desc_t) { C.gofn_batchnorm_desc_destroy(d, nil) }, d)
+	return bd, nil
+}
+
+// NewBatchNorm creates a BatchNorm descriptor and sets it (see Set).
+func NewBatchNorm(epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64) (*BatchNormDesc, error) {
+	bd, err := NewBatchNormDesc()
+	if err != nil {
+		return nil, err
+	}
+	if err := bd.Set(epilogue, epsilon, average, momentum); err != nil {
+		bd.Close()
+		return nil, err
+	}
+	return bd, nil
+}
+
+// Close destroys the descriptor (fnorm_batchnorm_desc_destroy); twice is a
+// no-op. An attached communicator is the caller's and is not touched.
+func (b *BatchNormDesc) Close() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.d == nil {
+		return nil
+	}
+	b.cleanup.Stop()
+	var msg *C.char
+	err := check("fnorm_batchnorm_desc_destroy", C.gofn_batchnorm_desc_destroy(b.d, &msg), msg)
+	b.d = nil
+	return err
+}
+
+// Set sets the epilogue, epsilon, averaging and momentum
+// (fnorm_batchnorm_desc_set); the engine and communicator are kept.
+func (b *BatchNormDesc) Set(epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64) error {
+	const op = "fnorm_batchnorm_desc_set"
+	d, unlock, err := b.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_desc_set(d, C.fnorm_bn_epilogue_t(epilogue), C.double(epsilon),
+		C.fnorm_bn_average_t(average), C.double(momentum), &msg), msg)
+}
+
+// Get reads the descriptor back (fnorm_batchnorm_desc_get).
+func (b *BatchNormDesc) Get() (epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64, err error) {
+	const op = "fnorm_batchnorm_desc_get"
+	unlock := rlock(b.obj())
+	defer unlock()
+	d, err := b.ptr(op, "desc")
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	var ep C.fnorm_bn_epilogue_t
+	var av C.fnorm_bn_average_t
+	var eps, mom C.double
+	var msg *C.char
+	err = check(op, C.gofn_batchnorm_desc_get(d, &ep, &eps, &av, &mom, &msg), msg)
+	return BNEpilogue(ep), float64(eps), BNAverage(av), float64(mom), err
+}
+
+// SetEngine chooses the engine (fnorm_batchnorm_desc_set_engine).
+func (b *BatchNormDesc) SetEngine(engine BNEngine) error {
+	const op = "fnorm_batchnorm_desc_set_engine"
+	d, unlock, err := b.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_desc_set_engine(d, C.fnorm_bn_engine_t(engine), &msg), msg)
+}
+
+// Engine reads the engine (fnorm_batchnorm_desc_get_engine).
+func (b *BatchNormDesc) Engine() (BNEngine, error) {
+	const op = "fnorm_batchnorm_desc_get_engine"
+	unlock := rlock(b.obj())
+	defer unlock()
+	d, err := b.ptr(op, "desc")
+	if err != nil {
+		return 0, err
+	}
+	var e C.fnorm_bn_engine_t
+	var msg *C.char
+	err = check(op, C.gofn_batchnorm_desc_get_engine(d, &e, &msg), msg)
+	return BNEngine(e), err
+}
+
+// SetComm attaches the caller's NCCL communicator (an ncclComm_t, which
+// points to C memory NCCL allocated; nil detaches) so that training forward
+// and backward with this descriptor compute SyncBatchNorm
+// (fnorm_batchnorm_desc_set_comm). The library neither creates nor destroys
+// it: keep it alive while the descriptor uses it. Never pass a Go pointer.
+func (b *BatchNormDesc) SetComm(comm unsafe.Pointer, flags BNSyncFlag) error {
+	const op = "fnorm_batchnorm_desc_set_comm"
+	d, unlock, err := b.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_desc_set_comm(d, (*C.struct_ncclComm)(comm), C.uint32_t(flags), &msg), msg)
+}
+
+// Comm reads the attached communicator (nil: none) and flags
+// (fnorm_batchnorm_desc_get_comm).
+func (b *BatchNormDesc) Comm() (unsafe.Pointer, BNSyncFlag, error) {
+	const op = "fnorm_batchnorm_desc_get_comm"
+	unlock := rlock(b.obj())
+	defer unlock()
+	d, err := b.ptr(op, "desc")
+	if err != nil {
+		return nil, 0, err
+	}
+	var c *C.struct_ncclComm
+	var f C.uint32_t
+	var msg *C.char
+	err = check(op, C.gofn_batchnorm_desc_get_comm(d, &c, &f, &msg), msg)
+	return unsafe.Pointer(c), BNSyncFlag(f), err
+}
+
+func (b *BatchNormDesc) obj() *object {
+	if b == nil {
+		return nil
+	}
+	return &b.object
+}
+
+func (b *BatchNormDesc) ptr(op, arg string) (C.fnorm_batchnorm_desc_t, error) {
+	if b == nil {
+		return nil, nil
+	}
+	if b.d == nil {
+		return nil, goError(op, StatusBadParam, "%s: BatchNorm descriptor was closed", arg)
+	}
+	return b.d, nil
+}
+
+func (b *BatchNormDesc) lockWrite(op string) (C.fnorm_batchnorm_desc_t, func(), error) {
+	if b == nil {
+		return nil, nil, goError(op, StatusBadParamNullPointer, "desc is nil")
+	}
+	b.mu.Lock()
+	if b.d == nil {
+		b.mu.Unlock()
+		return nil, nil, goError(op, StatusBadParam, "desc was closed")
+	}
+	return b.d, b.mu.Unlock, nil
+}
+
+func (e *argErr) bn(b *BatchNormDesc, op, arg string) C.fnorm_batchnorm_desc_t {
+	p, err := b.ptr(op, arg)
+	e.set(err)
+	return p
+}
+
+type bnSizeFn func(C.fnorm_handle_t, C.fnorm_batchnorm_desc_t, C.fnorm_tensor_desc_t, *C.size_t, **C.char) C.fnorm_status_t
+
+func (h *Handle) bnSize(op string, fn bnSizeFn, bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
+	unlock := rlock(h.obj(), bn.obj(), x.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	bp := e.bn(bn, op, "bn")
+	xp := e.tensor(x, op, "x_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, fn(hp, bp, xp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// BatchNormFwdTrainWorkspaceSize: fnorm_batchnorm_fwd_train_workspace_size.
+func (h *Handle) BatchNormFwdTrainWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
+	return h.bnSize("fnorm_batchnorm_fwd_train_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_fwd_train_workspace_size(a, b, c, n, m)
+	}, bn, x)
+}
+
+// BatchNormReserveSpaceSize is what training forward writes for backward
+// (the ReLU mask): fnorm_batchnorm_reserve_space_size.
+func (h *Handle) BatchNormReserveSpaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
+	return h.bnSize("fnorm_batchnorm_reserve_space_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_reserve_space_size(a, b, c, n, m)
+	}, bn, x)
+}
+
+// BatchNormFwdInferWorkspaceSize: fnorm_batchnorm_fwd_infer_workspace_size.
+func (h *Handle) BatchNormFwdInferWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
+	return h.bnSize("fnorm_batchnorm_fwd_infer_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_fwd_infer_workspace_size(a, b, c, n, m)
+	}, bn, x)
+}
+
+// BatchNormBwdWorkspaceSize: fnorm_batchnorm_bwd_workspace_size.
+func (h *Handle) BatchNormBwdWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
+	return h.bnSize("fnorm_batchnorm_bwd_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_bwd_workspace_size(a, b, c, n, m)
+	}, bn, x)
+}
+
+// BatchNormFwdTrain holds the arguments of fnorm_batchnorm_fwd_train.
+// Per-channel vectors are C fp32 values.
+type BatchNormFwdTrain struct {
+	BN                      *BatchNormDesc
+	XDesc                   *TensorDesc
+	X                       DevicePtr
+	Z                       DevicePtr // the ADD_RELU addend, else 0
+	Gamma, Beta             DevicePtr // optional (1 and 0)
+	RunningMean, RunningVar DevicePtr // optional, both or neither; updated
+	NumBatchesTracked       DevicePtr // optional device int64 counter
+	YDesc                   *TensorDesc
+	Y                       DevicePtr
+	SavedMean, SavedInvstd  DevicePtr // optional outputs for backward
+	Workspace               DevicePtr
+	WorkspaceLen            uint64
+	Reserve                 DevicePtr // the ReLU mask, kept for backward
+	ReserveLen              uint64
+}
+
+// BatchNormFwdTrain enqueues a training forward (fnorm_batchnorm_fwd_train);
+// with a communicator attached to BN, SyncBatchNorm.
+func (h *Handle) BatchNormFwdTrain(stream Stream, a *BatchNormFwdTrain) error {
+	const op = "fnorm_batchnorm_fwd_train"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	bp := e.bn(a.BN, op, "bn")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	yp := e.tensor(a.YDesc, op, "y_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_fwd_train(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
+		up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), up(a.NumBatchesTracked),
+		yp, up(a.Y), up(a.SavedMean), up(a.SavedInvstd), up(a.Workspace), C.size_t(a.WorkspaceLen),
+		up(a.Reserve), C.size_t(a.ReserveLen), &msg), msg)
+}
+
+// BatchNormFwdInfer holds the arguments of fnorm_batchnorm_fwd_infer.
+type BatchNormFwdInfer struct {
+	BN                      *BatchNormDesc
+	XDesc                   *TensorDesc
+	X                       DevicePtr
+	Z                       DevicePtr // the ADD_RELU addend, else 0
+	Gamma, Beta             DevicePtr // optional
+	RunningMean, RunningVar DevicePtr // required
+	YDesc                   *TensorDesc
+	Y                       DevicePtr
+	Workspace               DevicePtr
+	WorkspaceLen            uint64
+}
+
+// BatchNormFwdInfer enqueues an inference forward (fnorm_batchnorm_fwd_infer).
+func (h *Handle) BatchNormFwdInfer(stream Stream, a *BatchNormFwdInfer) error {
+	const op = "fnorm_batchnorm_fwd_infer"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	bp := e.bn(a.BN, op, "bn")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	yp := e.tensor(a.YDesc, op, "y_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_fwd_infer(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
+		up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), yp, up(a.Y),
+		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}
+
+// BatchNormBwd holds the arguments of fnorm_batchnorm_bwd.
+type BatchNormBwd struct {
+	BN                     *BatchNormDesc
+	XDesc                  *TensorDesc
+	X                      DevicePtr
+	DYDesc                 *TensorDesc
+	DY                     DevicePtr
+	Y, Beta                DevicePtr // read by the cuDNN engine only; else 0
+	Gamma                  DevicePtr // optional (1)
+	SavedMean, SavedInvstd DevicePtr // required: the forward's outputs
+	Reserve                DevicePtr // what the forward wrote there
+	ReserveLen             uint64
+	DXDesc                 *TensorDesc
+	DX                     DevicePtr
+	DZ                     DevicePtr // optional (ADD_RELU): gradient of z
+	DGamma, DBeta          DevicePtr // optional fp32 outputs
+	Workspace              DevicePtr
+	WorkspaceLen           uint64
+}
+
+// BatchNormBwd enqueues a BatchNorm backward (fnorm_batchnorm_bwd).
+func (h *Handle) BatchNormBwd(stream Stream, a *BatchNormBwd) error {
+	const op = "fnorm_batchnorm_bwd"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.DXDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	bp := e.bn(a.BN, op, "bn")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	dyp := e.tensor(a.DYDesc, op, "dy_desc")
+	dxp := e.tensor(a.DXDesc, op, "dx_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_batchnorm_bwd(hp, C.uintptr_t(stream), bp, xp, up(a.X), dyp, up(a.DY),
+		up(a.Y), up(a.Gamma), up(a.Beta), up(a.SavedMean), up(a.SavedInvstd),
+		up(a.Reserve), C.size_t(a.ReserveLen), dxp, up(a.DX), up(a.DZ), up(a.DGamma), up(a.DBeta),
+		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}

@@ -1,0 +1,3 @@
+module fusednorm
+
+go 1.24

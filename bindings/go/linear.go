@@ -1,0 +1,288 @@
+package fusednorm
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import "runtime"
+
+// LinearEpilogue is what follows the GEMM (fnorm_linear_epilogue_t).
+type LinearEpilogue int32
+
+const (
+	LinearEpilogueNone     LinearEpilogue = C.FNORM_LINEAR_EPILOGUE_NONE      // y = x W
+	LinearEpilogueBias     LinearEpilogue = C.FNORM_LINEAR_EPILOGUE_BIAS      // y = x W + b
+	LinearEpilogueBiasReLU LinearEpilogue = C.FNORM_LINEAR_EPILOGUE_BIAS_RELU // y = max(x W + b, 0)
+	LinearEpilogueBiasGELU LinearEpilogue = C.FNORM_LINEAR_EPILOGUE_BIAS_GELU // y = gelu_tanh(x W + b)
+)
+
+// LinearWeightLayout is how W is stored (fnorm_linear_weight_layout_t).
+type LinearWeightLayout int32
+
+const (
+	LinearWeightKN LinearWeightLayout = C.FNORM_LINEAR_WEIGHT_KN // w is [k, n]: y = x w
+	LinearWeightNK LinearWeightLayout = C.FNORM_LINEAR_WEIGHT_NK // w is [n, k] (PyTorch's): y = x w^T
+)
+
+// LinearFlag is a linear descriptor flag (fnorm_linear_flag_t), ORed.
+type LinearFlag uint32
+
+const (
+	LinearFlagNone      LinearFlag = C.FNORM_LINEAR_FLAG_NONE
+	LinearFlagAllowTF32 LinearFlag = C.FNORM_LINEAR_FLAG_ALLOW_TF32 // fp32 GEMMs may use TF32
+)
+
+// LinearDesc configures the fully-connected layer (fnorm_linear_desc_t).
+// Defaults: no epilogue, WEIGHT_KN, no flags.
+type LinearDesc struct {
+	object
+	d       C.fnorm_linear_desc_t
+	cleanup runtime.Cleanup
+}
+
+// NewLinearDesc creates a linear descriptor with the defaults
+// (fnorm_linear_desc_create); ErrNotSupportedBuild without cuBLASLt.
+func NewLinearDesc() (*LinearDesc, error) {
+	var d C.fnorm_linear_desc_t
+	var msg *C.char
+	if err := check("fnorm_linear_desc_create", C.gofn_linear_desc_create(&d, &msg), msg); err != nil {
+		return nil, err
+	}
+	ld := &LinearDesc{d: d}
+	ld.init()
+	ld.cleanup = runtime.AddCleanup(ld, func(d C.fnorm_linear_desc_t) { C.gofn_linear_desc_destroy(d, nil) }, d)
+	return ld, nil
+}
+
+// NewLinear creates a linear descriptor and sets it (see Set).
+func NewLinear(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag) (*LinearDesc, error) {
+	ld, err := NewLinearDesc()
+	if err != nil {
+		return nil, err
+	}
+	if err := ld.Set(epilogue, layout, flags); err != nil {
+		ld.Close()
+		return nil, err
+	}
+	return ld, nil
+}
+
+// Close destroys the descriptor (fnorm_linear_desc_destroy); twice is a no-op.
+func (l *LinearDesc) Close() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.d == nil {
+		return nil
+	}
+	l.cleanup.Stop()
+	var msg *C.char
+	err := check("fnorm_linear_desc_destroy", C.gofn_linear_desc_destroy(l.d, &msg), msg)
+	l.d = nil
+	return err
+}
+
+// Set sets the epilogue, the weight layout and the flags (fnorm_linear_desc_set).
+func (l *LinearDesc) Set(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag) error {
+	const op = "fnorm_linear_desc_set"
+	if l == nil {
+		return goError(op, StatusBadParamNullPointer, "desc is nil")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.d == nil {
+		return goError(op, StatusBadParam, "desc was closed")
+	}
+	var msg *C.char
+	return check(op, C.gofn_linear_desc_set(l.d, C.fnorm_linear_epilogue_t(epilogue),
+		C.fnorm_linear_weight_layout_t(layout), C.uint32_t(flags), &msg), msg)
+}
+
+// Get reads the descriptor back (fnorm_linear_desc_get).
+func (l *LinearDesc) Get() (epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag, err error) {
+	const op = "fnorm_linear_desc_get"
+	unlock := rlock(l.obj())
+	defer unlock()
+	d, err := l.ptr(op, "desc")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var ep C.fnorm_linear_epilogue_t
+	var lay C.fnorm_linear_weight_layout_t
+	var f C.uint32_t
+	var msg *C.char
+	err = check(op, C.gofn_linear_desc_get(d, &ep, &lay, &f, &msg), msg)
+	return LinearEpilogue(ep), LinearWeightLayout(lay), LinearFlag(f), err
+}
+
+func (l *LinearDesc) obj() *object {
+	if l == nil {
+		return nil
+	}
+	return &l.object
+}
+
+func (l *LinearDesc) ptr(op, arg string) (C.fnorm_linear_desc_t, error) {
+	if l == nil {
+		return nil, nil
+	}
+	if l.d == nil {
+		return nil, goError(op, StatusBadParam, "%s: linear descriptor was closed", arg)
+	}
+	return l.d, nil
+}
+
+func (e *argErr) linear(l *LinearDesc, op, arg string) C.fnorm_linear_desc_t {
+	p, err := l.ptr(op, arg)
+	e.set(err)
+	return p
+}
+
+// LinearAuxSize is the bytes of the aux buffer a training forward writes
+// and its backward reads (fnorm_linear_aux_size); 0 for None and Bias.
+func (h *Handle) LinearAuxSize(desc *LinearDesc, y *TensorDesc) (uint64, error) {
+	const op = "fnorm_linear_aux_size"
+	unlock := rlock(h.obj(), desc.obj(), y.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	lp := e.linear(desc, op, "desc")
+	yp := e.tensor(y, op, "y_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_linear_aux_size(hp, lp, yp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// LinearFwdWorkspaceSize: fnorm_linear_fwd_workspace_size.
+func (h *Handle) LinearFwdWorkspaceSize(desc *LinearDesc, x, w, y *TensorDesc) (uint64, error) {
+	const op = "fnorm_linear_fwd_workspace_size"
+	unlock := rlock(h.obj(), desc.obj(), x.obj(), w.obj(), y.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	lp := e.linear(desc, op, "desc")
+	xp := e.tensor(x, op, "x_desc")
+	wp := e.tensor(w, op, "w_desc")
+	yp := e.tensor(y, op, "y_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_linear_fwd_workspace_size(hp, lp, xp, wp, yp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// LinearFwd holds the arguments of fnorm_linear_fwd.
+type LinearFwd struct {
+	Desc         *LinearDesc
+	XDesc        *TensorDesc
+	X            DevicePtr
+	WDesc        *TensorDesc
+	W            DevicePtr
+	Bias         DevicePtr // the Bias* epilogues; else 0
+	YDesc        *TensorDesc
+	Y            DevicePtr
+	Aux          DevicePtr // training with BiasReLU / BiasGELU; 0 for inference
+	AuxLen       uint64
+	Workspace    DevicePtr
+	WorkspaceLen uint64
+}
+
+// LinearFwd enqueues y = act(x W + b) (fnorm_linear_fwd).
+func (h *Handle) LinearFwd(stream Stream, a *LinearFwd) error {
+	const op = "fnorm_linear_fwd"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	lp := e.linear(a.Desc, op, "desc")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	wp := e.tensor(a.WDesc, op, "w_desc")
+	yp := e.tensor(a.YDesc, op, "y_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_linear_fwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), up(a.Bias),
+		yp, up(a.Y), up(a.Aux), C.size_t(a.AuxLen), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}
+
+// LinearBwdWorkspaceSize: fnorm_linear_bwd_workspace_size (xProducer nil: none).
+func (h *Handle) LinearBwdWorkspaceSize(desc *LinearDesc, x, w, dy *TensorDesc, xProducer *LinearDesc) (uint64, error) {
+	const op = "fnorm_linear_bwd_workspace_size"
+	unlock := rlock(h.obj(), desc.obj(), x.obj(), w.obj(), dy.obj(), xProducer.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	lp := e.linear(desc, op, "desc")
+	xp := e.tensor(x, op, "x_desc")
+	wp := e.tensor(w, op, "w_desc")
+	dyp := e.tensor(dy, op, "dy_desc")
+	pp := e.linear(xProducer, op, "x_producer")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_linear_bwd_workspace_size(hp, lp, xp, wp, dyp, pp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// LinearBwd holds the arguments of fnorm_linear_bwd. Each output is
+// optional (0: not computed).
+type LinearBwd struct {
+	Desc         *LinearDesc
+	XDesc        *TensorDesc
+	X            DevicePtr // needed for DW only
+	WDesc        *TensorDesc
+	W            DevicePtr // needed for DX only
+	DYDesc       *TensorDesc
+	DY           DevicePtr
+	Aux          DevicePtr // the forward's aux (BiasReLU / BiasGELU)
+	AuxLen       uint64
+	XProducer    *LinearDesc // optional: the layer that produced x
+	XAux         DevicePtr   // that layer's aux
+	XAuxLen      uint64
+	DXDesc       *TensorDesc
+	DX, DW, DB   DevicePtr
+	XDB          DevicePtr // the producer's bias gradient
+	Workspace    DevicePtr
+	WorkspaceLen uint64
+}
+
+// LinearBwd enqueues the backward of LinearFwd (fnorm_linear_bwd).
+func (h *Handle) LinearBwd(stream Stream, a *LinearBwd) error {
+	const op = "fnorm_linear_bwd"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.DYDesc.obj(),
+		a.XProducer.obj(), a.DXDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	lp := e.linear(a.Desc, op, "desc")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	wp := e.tensor(a.WDesc, op, "w_desc")
+	dyp := e.tensor(a.DYDesc, op, "dy_desc")
+	pp := e.linear(a.XProducer, op, "x_producer")
+	dxp := e.tensor(a.DXDesc, op, "dx_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_linear_bwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), dyp, up(a.DY),
+		up(a.Aux), C.size_t(a.AuxLen), pp, up(a.XAux), C.size_t(a.XAuxLen), dxp, up(a.DX),
+		up(a.DW), up(a.DB), up(a.XDB), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}

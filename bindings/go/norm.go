@@ -1,0 +1,315 @@
+package fusednorm
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import "runtime"
+
+// NormMode is LayerNorm or RMSNorm (fnorm_norm_mode_t).
+type NormMode int32
+
+const (
+	LayerNorm NormMode = C.FNORM_NORM_LAYERNORM // y = (x - mean) * rstd * gamma + beta
+	RMSNorm   NormMode = C.FNORM_NORM_RMSNORM   // y = x * rrms * gamma
+)
+
+// NormFlag is a normalization descriptor flag (fnorm_norm_flag_t), ORed.
+type NormFlag uint32
+
+const (
+	NormFlagNone NormFlag = C.FNORM_NORM_FLAG_NONE
+	// NormFlagZeroCenteredGamma: the scale applied is (1 + gamma).
+	NormFlagZeroCenteredGamma NormFlag = C.FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
+)
+
+// NormDesc says which normalization to compute (fnorm_norm_desc_t).
+// Defaults: LayerNorm over the last dimension, epsilon 1e-5, no flags.
+type NormDesc struct {
+	object
+	d       C.fnorm_norm_desc_t
+	cleanup runtime.Cleanup
+}
+
+// NewNormDesc creates a normalization descriptor with the defaults
+// (fnorm_norm_desc_create).
+func NewNormDesc() (*NormDesc, error) {
+	var d C.fnorm_norm_desc_t
+	var msg *C.char
+	if err := check("fnorm_norm_desc_create", C.gofn_norm_desc_create(&d, &msg), msg); err != nil {
+		return nil, err
+	}
+	nd := &NormDesc{d: d}
+	nd.init()
+	nd.cleanup = runtime.AddCleanup(nd, func(d C.fnorm_norm_desc_t) { C.gofn_norm_desc_destroy(d, nil) }, d)
+	return nd, nil
+}
+
+// NewNorm creates a normalization descriptor and sets it (see Set).
+func NewNorm(mode NormMode, beginNormAxis int32, epsilon float64) (*NormDesc, error) {
+	nd, err := NewNormDesc()
+	if err != nil {
+		return nil, err
+	}
+	if err := nd.Set(mode, beginNormAxis, epsilon); err != nil {
+		nd.Close()
+		return nil, err
+	}
+	return nd, nil
+}
+
+// Close destroys the descriptor (fnorm_norm_desc_destroy); twice is a no-op.
+func (n *NormDesc) Close() error {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.d == nil {
+		return nil
+	}
+	n.cleanup.Stop()
+	var msg *C.char
+	err := check("fnorm_norm_desc_destroy", C.gofn_norm_desc_destroy(n.d, &msg), msg)
+	n.d = nil
+	return err
+}
+
+// Set sets the mode, the first normalized dimension (negative counts from
+// the end, -1 the last) and epsilon (fnorm_norm_desc_set). Flags are kept.
+func (n *NormDesc) Set(mode NormMode, beginNormAxis int32, epsilon float64) error {
+	const op = "fnorm_norm_desc_set"
+	d, unlock, err := n.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, C.gofn_norm_desc_set(d, C.fnorm_norm_mode_t(mode), C.int32_t(beginNormAxis), C.double(epsilon), &msg), msg)
+}
+
+// Get reads the descriptor back (fnorm_norm_desc_get).
+func (n *NormDesc) Get() (mode NormMode, beginNormAxis int32, epsilon float64, err error) {
+	const op = "fnorm_norm_desc_get"
+	unlock := rlock(n.obj())
+	defer unlock()
+	d, err := n.ptr(op, "desc")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var m C.fnorm_norm_mode_t
+	var ax C.int32_t
+	var eps C.double
+	var msg *C.char
+	err = check(op, C.gofn_norm_desc_get(d, &m, &ax, &eps, &msg), msg)
+	return NormMode(m), int32(ax), float64(eps), err
+}
+
+// SetFlags replaces the flags (fnorm_norm_desc_set_flags).
+func (n *NormDesc) SetFlags(flags NormFlag) error {
+	const op = "fnorm_norm_desc_set_flags"
+	d, unlock, err := n.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, C.gofn_norm_desc_set_flags(d, C.uint32_t(flags), &msg), msg)
+}
+
+// Flags reads the flags (fnorm_norm_desc_get_flags).
+func (n *NormDesc) Flags() (NormFlag, error) {
+	const op = "fnorm_norm_desc_get_flags"
+	unlock := rlock(n.obj())
+	defer unlock()
+	d, err := n.ptr(op, "desc")
+	if err != nil {
+		return 0, err
+	}
+	var f C.uint32_t
+	var msg *C.char
+	err = check(op, C.gofn_norm_desc_get_flags(d, &f, &msg), msg)
+	return NormFlag(f), err
+}
+
+func (n *NormDesc) obj() *object {
+	if n == nil {
+		return nil
+	}
+	return &n.object
+}
+
+func (n *NormDesc) ptr(op, arg string) (C.fnorm_norm_desc_t, error) {
+	if n == nil {
+		return nil, nil
+	}
+	if n.d == nil {
+		return nil, goError(op, StatusBadParam, "%s: normalization descriptor was closed", arg)
+	}
+	return n.d, nil
+}
+
+func (n *NormDesc) lockWrite(op string) (C.fnorm_norm_desc_t, func(), error) {
+	if n == nil {
+		return nil, nil, goError(op, StatusBadParamNullPointer, "desc is nil")
+	}
+	n.mu.Lock()
+	if n.d == nil {
+		n.mu.Unlock()
+		return nil, nil, goError(op, StatusBadParam, "desc was closed")
+	}
+	return n.d, n.mu.Unlock, nil
+}
+
+// NormFwdWorkspaceSize is the scratch fnorm_norm_fwd needs for these
+// descriptors (fnorm_norm_fwd_workspace_size).
+func (h *Handle) NormFwdWorkspaceSize(norm *NormDesc, x, y *TensorDesc) (uint64, error) {
+	const op = "fnorm_norm_fwd_workspace_size"
+	unlock := rlock(h.obj(), norm.obj(), x.obj(), y.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(norm, op, "norm")
+	xp := e.tensor(x, op, "x_desc")
+	yp := e.tensor(y, op, "y_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_norm_fwd_workspace_size(hp, np, xp, yp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// NormFwd holds the arguments of fnorm_norm_fwd (see the header for each).
+// Optional pointers are 0, optional descriptors nil.
+type NormFwd struct {
+	Norm         *NormDesc
+	XDesc        *TensorDesc
+	X            DevicePtr
+	Residual     DevicePtr // optional: s = x + residual is normalized
+	Sum          DevicePtr // optional (with Residual): s written here
+	WDesc        *TensorDesc
+	Gamma, Beta  DevicePtr // optional (1 and 0); RMSNorm takes no Beta
+	YDesc        *TensorDesc
+	Y            DevicePtr
+	Mean, Rstd   DevicePtr // optional fp32 outputs, one per row
+	Workspace    DevicePtr
+	WorkspaceLen uint64 // bytes at Workspace
+}
+
+// NormFwd enqueues a LayerNorm / RMSNorm forward on stream (fnorm_norm_fwd).
+func (h *Handle) NormFwd(stream Stream, a *NormFwd) error {
+	const op = "fnorm_norm_fwd"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(a.Norm, op, "norm")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	wp := e.tensor(a.WDesc, op, "w_desc")
+	yp := e.tensor(a.YDesc, op, "y_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_norm_fwd(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
+		wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), up(a.Mean), up(a.Rstd),
+		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}
+
+// NormBwdWorkspaceSize is the scratch fnorm_norm_bwd needs
+// (fnorm_norm_bwd_workspace_size); w nil when no dgamma/dbeta is asked for.
+func (h *Handle) NormBwdWorkspaceSize(norm *NormDesc, x, w *TensorDesc) (uint64, error) {
+	const op = "fnorm_norm_bwd_workspace_size"
+	unlock := rlock(h.obj(), norm.obj(), x.obj(), w.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(norm, op, "norm")
+	xp := e.tensor(x, op, "x_desc")
+	wp := e.tensor(w, op, "w_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_norm_bwd_workspace_size(hp, np, xp, wp, &n, &msg), msg)
+	return uint64(n), err
+}
+
+// NormBwd holds the arguments of fnorm_norm_bwd (see the header).
+type NormBwd struct {
+	Norm          *NormDesc
+	XDesc         *TensorDesc
+	X             DevicePtr // what was normalized (x, or the forward's sum)
+	DYDesc        *TensorDesc
+	DY            DevicePtr
+	Mean, Rstd    DevicePtr // the forward's statistics (Mean 0 for RMSNorm)
+	WDesc         *TensorDesc
+	Gamma         DevicePtr // optional (1)
+	DSum          DevicePtr // optional: gradient reaching the forward's sum
+	DXDesc        *TensorDesc
+	DX            DevicePtr
+	DGamma, DBeta DevicePtr // optional outputs described by WDesc
+	Workspace     DevicePtr
+	WorkspaceLen  uint64
+}
+
+// NormBwd enqueues a LayerNorm / RMSNorm backward on stream (fnorm_norm_bwd).
+func (h *Handle) NormBwd(stream Stream, a *NormBwd) error {
+	const op = "fnorm_norm_bwd"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.WDesc.obj(), a.DXDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(a.Norm, op, "norm")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	dyp := e.tensor(a.DYDesc, op, "dy_desc")
+	wp := e.tensor(a.WDesc, op, "w_desc")
+	dxp := e.tensor(a.DXDesc, op, "dx_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_norm_bwd(hp, C.uintptr_t(stream), np, xp, up(a.X), dyp, up(a.DY),
+		up(a.Mean), up(a.Rstd), wp, up(a.Gamma), up(a.DSum), dxp, up(a.DX),
+		up(a.DGamma), up(a.DBeta), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}
+
+func up(p DevicePtr) C.uintptr_t { return C.uintptr_t(p) }
+
+// argErr collects the C pointers of a call's Go objects and the first
+// refusal (a nil handle, a closed object); the caller holds their locks.
+type argErr struct{ err error }
+
+func (e *argErr) set(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+func (e *argErr) handle(h *Handle, op string) C.fnorm_handle_t {
+	p, err := h.ptr(op)
+	e.set(err)
+	return p
+}
+
+func (e *argErr) tensor(t *TensorDesc, op, arg string) C.fnorm_tensor_desc_t {
+	p, err := t.ptr(op, arg)
+	e.set(err)
+	return p
+}
+
+func (e *argErr) norm(n *NormDesc, op, arg string) C.fnorm_norm_desc_t {
+	p, err := n.ptr(op, arg)
+	e.set(err)
+	return p
+}

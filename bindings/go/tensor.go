@@ -1,0 +1,194 @@
+package fusednorm
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"math"
+	"runtime"
+	"strconv"
+)
+
+// DType is an element type (fnorm_dtype_t).
+type DType int32
+
+// Element types, taken from the header by the compiler.
+const (
+	Float32  DType = C.FNORM_DTYPE_FLOAT32
+	Float16  DType = C.FNORM_DTYPE_FLOAT16
+	BFloat16 DType = C.FNORM_DTYPE_BFLOAT16
+)
+
+// Size is the element's size in bytes (0 for an unknown value).
+func (d DType) Size() int {
+	switch d {
+	case Float32:
+		return 4
+	case Float16, BFloat16:
+		return 2
+	}
+	return 0
+}
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	}
+	return "DType(" + strconv.Itoa(int(d)) + ")"
+}
+
+// TensorDesc describes a tensor: element type, sizes and strides in
+// elements (fnorm_tensor_desc_t).
+type TensorDesc struct {
+	object
+	d       C.fnorm_tensor_desc_t
+	cleanup runtime.Cleanup
+}
+
+// NewTensorDesc creates an empty descriptor (fnorm_tensor_desc_create);
+// needs no device. Set it before use.
+func NewTensorDesc() (*TensorDesc, error) {
+	var d C.fnorm_tensor_desc_t
+	var msg *C.char
+	if err := check("fnorm_tensor_desc_create", C.gofn_tensor_desc_create(&d, &msg), msg); err != nil {
+		return nil, err
+	}
+	td := &TensorDesc{d: d}
+	td.init()
+	td.cleanup = runtime.AddCleanup(td, func(d C.fnorm_tensor_desc_t) { C.gofn_tensor_desc_destroy(d, nil) }, d)
+	return td, nil
+}
+
+// NewTensor creates a descriptor and sets it (see Set); on failure nothing
+// is left behind.
+func NewTensor(dtype DType, dims, strides []int64) (*TensorDesc, error) {
+	td, err := NewTensorDesc()
+	if err != nil {
+		return nil, err
+	}
+	if err := td.Set(dtype, dims, strides); err != nil {
+		td.Close()
+		return nil, err
+	}
+	return td, nil
+}
+
+// Close destroys the descriptor (fnorm_tensor_desc_destroy). Closing twice
+// is a no-op; a closed descriptor passed to a call is an error.
+func (t *TensorDesc) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d == nil {
+		return nil
+	}
+	t.cleanup.Stop()
+	var msg *C.char
+	err := check("fnorm_tensor_desc_destroy", C.gofn_tensor_desc_destroy(t.d, &msg), msg)
+	t.d = nil
+	return err
+}
+
+// Set describes the tensor (fnorm_tensor_desc_set): rank len(dims) (1 to
+// MaxRank), each size >= 1, strides in elements (each >= 1), or nil for a
+// packed row-major tensor. On failure the descriptor keeps its contents.
+func (t *TensorDesc) Set(dtype DType, dims, strides []int64) error {
+	const op = "fnorm_tensor_desc_set"
+	if t == nil {
+		return goError(op, StatusBadParamNullPointer, "desc is nil")
+	}
+	if strides != nil && len(strides) != len(dims) {
+		return goError(op, StatusBadParam, "strides has %d entries for rank %d", len(strides), len(dims))
+	}
+	if len(dims) > math.MaxInt32 {
+		return goError(op, StatusBadParam, "rank %d does not fit int32", len(dims))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d == nil {
+		return goError(op, StatusBadParam, "desc was closed")
+	}
+	// C reads exactly rank entries of each array; Go memory holding no Go
+	// pointers may be passed for the duration of the call.
+	var dp, sp *C.int64_t
+	if len(dims) > 0 {
+		dp = (*C.int64_t)(&dims[0])
+	} else {
+		var none C.int64_t
+		dp = &none // rank 0: let the library name what is wrong
+	}
+	if len(strides) > 0 {
+		sp = (*C.int64_t)(&strides[0])
+	}
+	var msg *C.char
+	return check(op, C.gofn_tensor_desc_set(t.d, C.fnorm_dtype_t(dtype), C.int32_t(len(dims)), dp, sp, &msg), msg)
+}
+
+// Get reads the descriptor back (fnorm_tensor_desc_get).
+func (t *TensorDesc) Get() (dtype DType, dims, strides []int64, err error) {
+	const op = "fnorm_tensor_desc_get"
+	unlock := rlock(t.obj())
+	defer unlock()
+	d, err := t.ptr(op, "desc")
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	var dt C.fnorm_dtype_t
+	var rank C.int32_t
+	var cd, cs [C.FNORM_MAX_RANK]C.int64_t
+	var msg *C.char
+	if err := check(op, C.gofn_tensor_desc_get(d, &dt, &rank, &cd[0], &cs[0], C.FNORM_MAX_RANK, &msg), msg); err != nil {
+		return 0, nil, nil, err
+	}
+	n := min(int(rank), len(cd))
+	dims = make([]int64, n)
+	strides = make([]int64, n)
+	for i := range n {
+		dims[i], strides[i] = int64(cd[i]), int64(cs[i])
+	}
+	return DType(dt), dims, strides, nil
+}
+
+// Elements is the number of elements described (fnorm_tensor_desc_get_elements).
+func (t *TensorDesc) Elements() (int64, error) {
+	const op = "fnorm_tensor_desc_get_elements"
+	unlock := rlock(t.obj())
+	defer unlock()
+	d, err := t.ptr(op, "desc")
+	if err != nil {
+		return 0, err
+	}
+	var n C.int64_t
+	var msg *C.char
+	err = check(op, C.gofn_tensor_desc_get_elements(d, &n, &msg), msg)
+	return int64(n), err
+}
+
+func (t *TensorDesc) obj() *object {
+	if t == nil {
+		return nil
+	}
+	return &t.object
+}
+
+// ptr is the C descriptor for argument arg (lock held): nil stays NULL
+// (the library decides whether the argument was optional), a closed one is
+// an error.
+func (t *TensorDesc) ptr(op, arg string) (C.fnorm_tensor_desc_t, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if t.d == nil {
+		return nil, goError(op, StatusBadParam, "%s: tensor descriptor was closed", arg)
+	}
+	return t.d, nil
+}
