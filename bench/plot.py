@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Render benchmark results (bench/results/<gpu>.json) into PNG charts beside it.
+
+Charts (each written only when the JSON holds its rows):
+  <gpu>-norm-fwd.png   LayerNorm / RMSNorm forward: TB/s against row length
+                       (fp16, 49152 rows) for ours, PyTorch and OneFlow's
+                       recorded anchor; at cuDNN's benchmark shapes (bf16) ours
+                       and cuDNN's published figure under cuDNN's byte count;
+                       the copy bandwidth of the same run as a line.
+  <gpu>-norm-bwd.png   the same for the backward.
+  <gpu>-liger.png      LLM shapes (bf16): ours, Liger-Kernel and PyTorch, µs,
+                       forward and forward+backward.
+  <gpu>-batchnorm.png  BatchNorm (and SyncBatchNorm): PyTorch's and our cuDNN
+                       engine's time over ours, per case (log scale).
+  <gpu>-linear.png     the fully-connected layer: PyTorch's time over ours.
+  <gpu>-other.png      rows of any other op that carry vs_torch (the PyTorch
+                       drop-in modules, say): PyTorch's time over ours.
+
+Every figure is read from the JSON; nothing is typed in here except the
+labels. Usage: plot.py RESULTS_JSON [...] (scripts/plot.sh installs matplotlib).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SIZE = (10, 6)  # inches at DPI: 1000 x 600 pixels
+DPI = 100
+NORM_FP16_ROWS = 49152
+COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": "#9467bd",
+          "liger": "#ff7f0e", "copy": "#555555"}
+KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
+             "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
+             "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd"}
+
+
+def title(res: dict, what: str) -> str:
+    commit = f", commit {res['commit']}" if res.get("commit") else ""
+    return f"{what} — {res.get('gpu_name', res.get('gpu', '?'))} ({res.get('date', '?')}{commit})"
+
+
+def save(fig, path: str) -> None:
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    print(f"wrote {path} ({os.path.getsize(path) // 1024} KiB)")
+
+
+def shape_str(shape) -> str:
+    return "×".join(str(d) for d in shape)
+
+
+# ---------------------------------------------------------------------------
+# LayerNorm / RMSNorm bandwidth against row length
+# ---------------------------------------------------------------------------
+def norm_panel(ax, res: dict, op: str, label: str) -> bool:
+    rows = [r for r in res["rows"] if r["op"] == op]
+    if not rows:
+        ax.set_visible(False)
+        return False
+    line = sorted((r for r in rows if r["dtype"] == "fp16" and r["shape"][0] == NORM_FP16_ROWS),
+                  key=lambda r: r["shape"][1])
+    if line:
+        cols = [r["shape"][1] for r in line]
+        ours = [r["gbps"] / 1e3 for r in line]
+        # PyTorch and OneFlow moved the same bytes in their own time.
+        torch_ = [r["gbps"] * r["us"] / r["torch_us"] / 1e3 for r in line]
+        ax.plot(cols, ours, "o-", color=COLORS["ours"], label=f"ours (fp16, {NORM_FP16_ROWS} rows)")
+        ax.plot(cols, torch_, "s--", color=COLORS["torch"], label="PyTorch (same rows)")
+        of = [(r["shape"][1], r["gbps"] * r["us"] / r["oneflow_us"] / 1e3) for r in line if r.get("oneflow_us")]
+        if of:
+            ax.plot(*zip(*of), "^:", color=COLORS["oneflow"], label="OneFlow (design.md §7 anchor, not re-run)")
+    pub = [r for r in rows if r.get("cudnn_published_tbps")]
+    if pub:
+        xs = [r["shape"][1] for r in pub]
+        ax.scatter(xs, [r["tbps_cudnn_bytes"] for r in pub], marker="D", s=45, facecolors="none",
+                   edgecolors=COLORS["ours"], linewidths=1.5, zorder=3,
+                   label="ours at cuDNN's shapes (bf16, cuDNN's byte count)")
+        ax.scatter(xs, [r["cudnn_published_tbps"] for r in pub], marker="*", s=110, color=COLORS["cudnn"],
+                   zorder=3, label="cuDNN 9.19.1 published (H200, its byte count)")
+        for j, r in enumerate(sorted(pub, key=lambda r: r["shape"][1])):
+            ax.annotate(shape_str(r["shape"]), (r["shape"][1], r["cudnn_published_tbps"]),
+                        textcoords="offset points", xytext=(0, 8 + 11 * (j % 2)), ha="center", fontsize=7,
+                        color=COLORS["cudnn"])
+    copy = res["copy_gbps"] / 1e3
+    ax.axhline(copy, color=COLORS["copy"], linewidth=1, linestyle="-.")
+    ax.text(0.01, copy, f" copy {copy:.2f} TB/s (read + write)", transform=ax.get_yaxis_transform(),
+            va="bottom", fontsize=8, color=COLORS["copy"])
+    ax.set_xscale("log", base=2)
+    ticks = [1 << p for p in range(5, 16)]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("row length (columns)")
+    ax.set_ylabel("TB/s")
+    ax.set_ylim(0, copy * 1.12)
+    ax.set_title(label, fontsize=11)
+    ax.grid(True, which="major", alpha=0.3)
+    return True
+
+
+def plot_norms(res: dict, stem: str) -> None:
+    for direction, what in (("fwd", "forward: read x + write y"), ("bwd", "backward: read x, dy + write dx")):
+        fig, axes = plt.subplots(1, 2, figsize=SIZE)
+        drawn = [norm_panel(axes[0], res, f"layernorm_{direction}", f"LayerNorm {direction}"),
+                 norm_panel(axes[1], res, f"rmsnorm_{direction}", f"RMSNorm {direction}")]
+        if not any(drawn):
+            plt.close(fig)
+            continue
+        fig.suptitle(title(res, f"LayerNorm / RMSNorm {what}"), fontsize=11)
+        legend = {}
+        for ax in axes:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                legend.setdefault(l, h)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False)
+        save(fig, f"{stem}-norm-{direction}.png")
+
+
+# ---------------------------------------------------------------------------
+# Liger-Kernel at LLM shapes
+# ---------------------------------------------------------------------------
+def plot_liger(res: dict, stem: str) -> None:
+    ops = [("rmsnorm_fwd", "RMSNorm forward"), ("layernorm_fwd", "LayerNorm forward"),
+           ("rmsnorm_fwd_bwd", "RMSNorm forward + backward"), ("layernorm_fwd_bwd", "LayerNorm forward + backward")]
+    if not any(r.get("liger_us") for r in res["rows"]):
+        return
+    fig, axes = plt.subplots(2, 2, figsize=SIZE)
+    for ax, (op, label) in zip(axes.flat, ops):
+        rows = [r for r in res["rows"] if r["op"] == op and r.get("liger_us")]
+        if not rows:
+            ax.set_visible(False)
+            continue
+        rows.sort(key=lambda r: (r["shape"][0] * r["shape"][1], r["shape"][1]))
+        n = len(rows)
+        w = 0.27
+        xs = range(n)
+        series = [("ours", [r["us"] for r in rows]), ("Liger-Kernel", [r["liger_us"] for r in rows]),
+                  ("PyTorch", [r["torch_us"] for r in rows])]
+        for j, (name, vals) in enumerate(series):
+            color = COLORS[{"ours": "ours", "Liger-Kernel": "liger", "PyTorch": "torch"}[name]]
+            ax.bar([x + (j - 1) * w for x in xs], vals, w, label=name, color=color)
+        for x, r in zip(xs, rows):
+            ax.text(x, max(r["us"], r["liger_us"], r["torch_us"]) * 1.02, f"{r['vs_liger']:.2f}×",
+                    ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"{r['shape'][0]}×{r['shape'][1]}" for r in rows], fontsize=7)
+        ax.set_ylabel("µs (lower is better)", fontsize=8)
+        ax.set_title(f"{label} (bf16)", fontsize=9)
+        ax.set_ylim(0, max(max(r["us"], r["liger_us"], r["torch_us"]) for r in rows) * 1.18)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title(res, "Liger-Kernel vs ours (label: Liger µs / ours µs)"), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-liger.png")
+
+
+# ---------------------------------------------------------------------------
+# Ratio bars: BatchNorm, linear, other ops
+# ---------------------------------------------------------------------------
+def ratio_panel(ax, labels, series, ylabel: str, log: bool, horizontal: bool = False) -> None:
+    """series: [(name, color, [ratio or None per label])]; a ratio is the
+    other side's time over ours (above 1: ours is faster). Bars start at 1,
+    so a bar going up (right) is a case where ours is faster, down (left)
+    one where it is slower."""
+    n = len(labels)
+    k = len(series)
+    w = 0.8 / k
+    for j, (name, color, vals) in enumerate(series):
+        pos = [i + (j - (k - 1) / 2) * w for i in range(n)]
+        pos, vals = zip(*[(p, v) for p, v in zip(pos, vals) if v]) if any(vals) else ((), ())
+        if horizontal:
+            ax.barh(pos, [v - 1 for v in vals], w, left=1, label=name, color=color)
+            for p, v in zip(pos, vals):
+                ax.text(v * (1.03 if log else 1) if v >= 1 else v / (1.03 if log else 1), p,
+                        f"{v:.2f}" if v < 10 else f"{v:.0f}", va="center", ha="left" if v >= 1 else "right",
+                        fontsize=6)
+        else:
+            ax.bar(pos, [v - 1 for v in vals], w, bottom=1, label=name, color=color)
+    if horizontal:
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.set_ylim(n - 0.4, -0.6)  # first case on top
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel(ylabel, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(True, axis="x", alpha=0.3, which="both")
+    else:
+        ax.axhline(1.0, color="black", linewidth=1)
+        ax.set_xticks(range(n))
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        if log:
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(True, axis="y", alpha=0.3, which="both")
+        ax.set_xlim(-0.6, n - 0.4)
+
+
+def plot_batchnorm(res: dict, stem: str) -> None:
+    bn = [r for r in res["rows"] if r["op"] in ("batchnorm_fwd_train", "batchnorm_fwd_infer", "batchnorm_bwd",
+                                                  "syncbatchnorm_fwd_bwd")]
+    if not bn:
+        return
+
+    def case(r):
+        s = f"{r['dtype']} {shape_str(r['shape'])} {r.get('layout', '')} {r.get('epilogue', '')}"
+        if r["op"] == "batchnorm_fwd_infer":
+            s += " (inference)"
+        if r["op"] == "syncbatchnorm_fwd_bwd":
+            s = f"SyncBN, {r.get('ranks', '?')} GPUs: " + s + " (fwd+bwd)"
+        return s
+
+    cases = []  # training cases in run order, then inference, then SyncBatchNorm
+    for r in sorted(bn, key=lambda r: (r["op"] == "syncbatchnorm_fwd_bwd", r["op"] == "batchnorm_fwd_infer")):
+        if case(r) not in cases:
+            cases.append(case(r))
+    fig, axes = plt.subplots(1, 2, figsize=SIZE, sharey=True)
+    for ax, ops, what in ((axes[0], ("batchnorm_fwd_train", "batchnorm_fwd_infer"), "forward"),
+                          (axes[1], ("batchnorm_bwd", "syncbatchnorm_fwd_bwd"), "backward")):
+        by = {case(r): r for r in bn if r["op"] in ops}
+        ratio_panel(ax, cases,
+                    [("PyTorch (faster of cuDNN on / off)", COLORS["torch"],
+                      [by[c].get("vs_torch") if c in by else None for c in cases]),
+                     ("cuDNN through our CUDNN engine", COLORS["cudnn"],
+                      [by[c].get("vs_cudnn") if c in by else None for c in cases])],
+                    "their time / ours (right of 1: ours faster; log scale)", log=True, horizontal=True)
+        ax.set_title(f"BatchNorm {what}", fontsize=9)
+    axes[1].tick_params(axis="y", left=False)
+    fig.suptitle(title(res, "BatchNorm (ours: NATIVE engine): time relative to ours"), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    h, l = axes[0].get_legend_handles_labels()
+    fig.legend(h, l, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    save(fig, f"{stem}-batchnorm.png")
+
+
+def plot_linear(res: dict, stem: str) -> None:
+    panels = []
+    for op, what in (("linear_fwd", "forward (m, n, k: rows, outputs, inputs); PyTorch: F.linear, then the activation"),
+                     ("linear_bwd", "backward (dx, dw, db); PyTorch: autograd of F.linear + activation")):
+        rows = [r for r in res["rows"] if r["op"] == op]
+        if rows:
+            panels.append((rows, what))
+    if not panels:
+        return
+    epis = ("bias", "bias_relu", "bias_gelu")
+    epi_colors = {"bias": "#1f77b4", "bias_relu": "#ff7f0e", "bias_gelu": "#2ca02c"}
+    fig, axes = plt.subplots(len(panels), 1, figsize=SIZE, squeeze=False)
+    for ax, (rows, what) in zip(axes[:, 0], panels):
+        keys = []
+        for r in rows:
+            key = (r["dtype"], tuple(r["shape"]))
+            if key not in keys:
+                keys.append(key)
+        labels = [f"{dt} m{s[0]} n{s[1]} k{s[2]}" if len(s) == 3 else f"{dt} {shape_str(s)}" for dt, s in keys]
+        present = [e for e in epis if any(r["epilogue"] == e for r in rows)]
+        present += sorted({r["epilogue"] for r in rows} - set(present))
+        series = []
+        for e in present:
+            by_key = {(r["dtype"], tuple(r["shape"])): r.get("vs_torch") for r in rows if r["epilogue"] == e}
+            series.append((e, epi_colors.get(e, None), [by_key.get(k) for k in keys]))
+        ratio_panel(ax, labels, series, "PyTorch time / ours", log=False)
+        lo = min(v for _, _, vals in series for v in vals if v)
+        hi = max(v for _, _, vals in series for v in vals if v)
+        ax.set_ylim(min(0.8, lo - 0.05), max(1.2, hi + 0.05))
+        ax.set_title(f"linear {what}", fontsize=9)
+    axes[0][0].legend(fontsize=7, loc="upper left", ncol=len(epis))
+    fig.suptitle(title(res, "Fully-connected layer: PyTorch's time over ours (above 1: ours faster)"), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-linear.png")
+
+
+def plot_other(res: dict, stem: str) -> None:
+    rows = [r for r in res["rows"] if r["op"] not in KNOWN_OPS and r.get("vs_torch")]
+    if not rows:
+        return
+    labels = [f"{r['op']} {r.get('dtype', '')} {shape_str(r.get('shape', []))}".strip() for r in rows]
+    fig, ax = plt.subplots(figsize=SIZE)
+    ratio_panel(ax, labels, [("PyTorch time / ours", COLORS["torch"], [r["vs_torch"] for r in rows])],
+                "PyTorch time / ours (above 1: ours faster)", log=False)
+    ax.set_ylim(min(0.8, min(r["vs_torch"] for r in rows) - 0.05), max(1.2, max(r["vs_torch"] for r in rows) + 0.05))
+    fig.suptitle(title(res, "Other rows against PyTorch"), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-other.png")
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            res = json.load(f)
+        stem = path[:-5] if path.endswith(".json") else path
+        plot_norms(res, stem)
+        plot_liger(res, stem)
+        plot_batchnorm(res, stem)
+        plot_linear(res, stem)
+        plot_other(res, stem)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
