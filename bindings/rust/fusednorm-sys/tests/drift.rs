@@ -8,9 +8,15 @@ use std::path::PathBuf;
 
 const BINDINGS: &str = include_str!("../src/bindings.rs");
 
+/// FUSEDNORM_API_DIR (another header to compare), else FUSEDNORM_REPO/api
+/// (gpu-test.sh runs these binaries in another checkout), else the api/ of
+/// the checkout this crate was built in.
 fn api_dir() -> PathBuf {
-    match std::env::var_os("FUSEDNORM_API_DIR") {
-        Some(d) => PathBuf::from(d),
+    if let Some(d) = std::env::var_os("FUSEDNORM_API_DIR") {
+        return PathBuf::from(d);
+    }
+    match std::env::var_os("FUSEDNORM_REPO") {
+        Some(r) => PathBuf::from(r).join("api"),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../api"),
     }
 }
