@@ -1,0 +1,50 @@
+// libFuzzer target: LayerNorm/RMSNorm size queries and launches (forward and
+// backward) with fuzzed descriptors, pointers, aliasing and workspace sizes,
+// against the fake handle (see fuzz_input.hpp).
+#include "fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz::Input in(data, size);
+  fnorm_norm_desc_t n = nullptr;
+  fnorm_norm_desc_create(&n);
+  fnorm_norm_desc_set(n, in.enum_value<fnorm_norm_mode_t>(2), static_cast<int32_t>(in.pick(9)) - 4,
+                      in.pick(4) ? 1e-5 : in.real());
+  if (in.pick(4) == 0) fnorm_norm_desc_set_flags(n, in.pick(3));
+  fuzz::Tensor x, y, w, dy, dx;
+  x.fill(in);
+  // Mostly the same descriptor for y / dy / dx as x (the common valid case).
+  fuzz::Tensor *ys = in.pick(3) ? &x : (y.fill(in), &y);
+  fuzz::Tensor *dys = in.pick(3) ? &x : (dy.fill(in), &dy);
+  fuzz::Tensor *dxs = in.pick(3) ? &x : (dx.fill(in), &dx);
+  w.fill(in);
+  const fnorm_handle_t h = fuzz::handle(in);
+  fnorm_norm_desc_t nd = in.pick(16) ? n : nullptr;
+
+  for (int round = 0; round < 2 && !in.empty(); ++round) {
+    size_t fwd_ws = 777;
+    const fnorm_status_t q = fnorm_norm_fwd_workspace_size(h, nd, x.maybe(in), ys->maybe(in), in.pick(16) ? &fwd_ws : nullptr);
+    fuzz::read_last_error();
+    void *px = in.ptr();
+    const fnorm_status_t l = fnorm_norm_fwd(
+        h, nullptr, nd, x.d, px, in.flag() ? nullptr : in.ptr(), in.flag() ? nullptr : in.ptr(),
+        in.flag() ? w.d : nullptr, in.flag() ? in.ptr() : nullptr, in.flag() ? in.ptr() : nullptr, ys->d,
+        in.flag() ? px : in.ptr(), static_cast<float *>(in.flag() ? in.ptr() : nullptr),
+        static_cast<float *>(in.flag() ? in.ptr() : nullptr), in.ptr(), in.pick(2) ? fwd_ws : in.bytes());
+    fuzz::read_last_error();
+    if (h && nd) fuzz::expect_refused(q, l, "fnorm_norm_fwd");
+
+    size_t bwd_ws = 777;
+    fuzz::Tensor *wq = in.flag() ? &w : nullptr;
+    fnorm_norm_bwd_workspace_size(h, nd, x.maybe(in), wq ? wq->d : nullptr, in.pick(16) ? &bwd_ws : nullptr);
+    fuzz::read_last_error();
+    void *pdy = in.ptr();
+    fnorm_norm_bwd(h, nullptr, nd, x.d, in.ptr(), dys->d, pdy, static_cast<const float *>(in.ptr()),
+                   static_cast<const float *>(in.ptr()), wq ? wq->d : nullptr, in.flag() ? in.ptr() : nullptr,
+                   in.flag() ? nullptr : in.ptr(), dxs->d, in.flag() ? pdy : in.ptr(),
+                   in.flag() ? in.ptr() : nullptr, in.flag() ? in.ptr() : nullptr, in.ptr(),
+                   in.pick(2) ? bwd_ws : in.bytes());
+    fuzz::read_last_error();
+  }
+  fnorm_norm_desc_destroy(n);
+  return 0;
+}
