@@ -24,7 +24,7 @@ fi
 # is found where nvcc's toolkit is (or /usr/local/cuda).
 cuda_lib=
 for d in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")" /usr/local/cuda; do
-  [ -n "$d" ] && [ -e "$d/lib64/libcudart.so" ] && { cuda_lib=$d/lib64; break; }
+  [ -n "$d" ] && ls "$d"/lib64/libcudart.so* >/dev/null 2>&1 && { cuda_lib=$d/lib64; break; }
 done
 export LD_LIBRARY_PATH=$build/src${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FUSEDNORM_REPO=$root RUST_BACKTRACE=1
