@@ -22,9 +22,10 @@ func geluTanhGrad(z float64) float64 {
 }
 
 // The fully-connected layer, forward and backward, every epilogue, both
-// weight layouts (NK with misaligned pointers), every dtype, odd sizes.
-// Tolerances follow the GEMM's own error: a multiple of the dtype's
-// precision times the sum of |terms| of each output.
+// weight layouts (NK also with misaligned pointers), every dtype, odd sizes.
+// Tolerances follow the GEMM's error bound as tests/linear does: unit
+// roundoff times the sum of |terms|, cuBLASLt's GELU approximation, and the
+// error of dz propagated into dx, dw, db.
 func TestGPULinear(t *testing.T) {
 	h := gpu(t)
 	if ld, err := fusednorm.NewLinearDesc(); errors.Is(err, fusednorm.ErrNotSupportedBuild) {
@@ -37,25 +38,24 @@ func TestGPULinear(t *testing.T) {
 	epis := []fusednorm.LinearEpilogue{fusednorm.LinearEpilogueNone, fusednorm.LinearEpilogueBias,
 		fusednorm.LinearEpilogueBiasReLU, fusednorm.LinearEpilogueBiasGELU}
 	epiName := []string{"none", "bias", "bias_relu", "bias_gelu"}
-	for _, layout := range []fusednorm.LinearWeightLayout{fusednorm.LinearWeightKN, fusednorm.LinearWeightNK} {
+	for li, lc := range []struct {
+		layout fusednorm.LinearWeightLayout
+		off    int
+		name   string
+	}{{fusednorm.LinearWeightKN, 0, "kn"}, {fusednorm.LinearWeightNK, 0, "nk"}, {fusednorm.LinearWeightNK, 1, "nk/misaligned"}} {
 		for _, dt := range dtypes {
 			for ei, epi := range epis {
-				ln := map[fusednorm.LinearWeightLayout]string{fusednorm.LinearWeightKN: "kn", fusednorm.LinearWeightNK: "nk/misaligned"}[layout]
-				t.Run(name(ln, "/", dt, "/", epiName[ei]), func(t *testing.T) {
-					runLinearCase(t, h, layout, dt, epi, uint64(ei+10*int(dt)+100*int(layout)))
+				t.Run(name(lc.name, "/", dt, "/", epiName[ei]), func(t *testing.T) {
+					runLinearCase(t, h, lc.layout, lc.off, dt, epi, uint64(ei+10*int(dt)+100*li))
 				})
 			}
 		}
 	}
 }
 
-func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWeightLayout, dt fusednorm.DType, epi fusednorm.LinearEpilogue, seed uint64) {
+func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWeightLayout, off int, dt fusednorm.DType, epi fusednorm.LinearEpilogue, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	const M, K, N = 7, 19, 13
-	off := 0
-	if layout == fusednorm.LinearWeightNK {
-		off = 1
-	}
 	// x is [7, 19] given as [1, 7, 19] (leading dimensions collapse into m).
 	xd := tensor(t, dt, []int64{1, M, K}, nil)
 	wdims := []int64{K, N}
@@ -70,6 +70,7 @@ func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWei
 	}
 	defer desc.Close()
 	hasBias := epi != fusednorm.LinearEpilogueNone
+	gelu := epi == fusednorm.LinearEpilogueBiasGELU
 
 	x := alloc(t, dt, M*K, off)
 	xv := x.upload(t, randn(rng, M*K, 0, 1))
@@ -96,12 +97,20 @@ func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWei
 	if hasBias {
 		fa.Bias = bias.Ptr
 	}
-	if err := h.LinearFwd(0, fa); err != nil {
+	err = h.LinearFwd(0, fa)
+	if off != 0 && errors.Is(err, fusednorm.ErrNotSupported) {
+		// Allowed by the header for misaligned pointers (cuBLASLt has no
+		// kernel): said, never a wrong answer. Not counted as a pass.
+		t.Skipf("misaligned case refused as NOT_SUPPORTED: %v", err)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	prec := map[fusednorm.DType]float64{fusednorm.Float32: 1.0 / (1 << 20), fusednorm.Float16: 1.0 / (1 << 9), fusednorm.BFloat16: 1.0 / (1 << 6)}[dt]
-	z, zmag := make([]float64, M*N), make([]float64, M*N)
-	yRef := make([]float64, M*N)
+	u := map[fusednorm.DType]float64{fusednorm.Float32: 0x1p-24, fusednorm.Float16: 0x1p-11, fusednorm.BFloat16: 0x1p-8}[dt]
+	sub := map[fusednorm.DType]float64{fusednorm.Float32: 0x1p-149, fusednorm.Float16: 0x1p-24, fusednorm.BFloat16: 0x1p-133}[dt]
+	const acc = 0x1p-23 // fp32 accumulation, per term
+	z, ztol := make([]float64, M*N), make([]float64, M*N)
+	yRef, yLim := make([]float64, M*N), make([]float64, M*N)
 	for i := range M {
 		for n := range N {
 			s, a := 0.0, 0.0
@@ -113,32 +122,44 @@ func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWei
 				s += bv[n]
 				a += math.Abs(bv[n])
 			}
-			z[i*N+n], zmag[i*N+n] = s, a
+			e := i*N + n
+			z[e], ztol[e] = s, (2*u+K*acc)*a+sub
+			ref := s
 			switch epi {
 			case fusednorm.LinearEpilogueBiasReLU:
-				s = max(s, 0)
+				ref = max(s, 0)
 			case fusednorm.LinearEpilogueBiasGELU:
-				s = geluTanh(s)
+				ref = geluTanh(s)
 			}
-			yRef[i*N+n] = s
+			yRef[e] = ref
+			yLim[e] = 2*u*math.Abs(ref) + 1.2*ztol[e]
+			if gelu {
+				yLim[e] += math.Abs(s) * 0x1p-10 // cuBLASLt's tanh approximation
+			}
 		}
 	}
-	checkMag(t, "y", y.download(t), yRef, zmag, prec)
+	yGot := y.download(t)
+	checkLim(t, "y", yGot, yRef, yLim)
 
-	// Backward: dx, dw and db.
+	// Backward: dx, dw and db; dz = dy * act'(z) with its error bound edz.
 	dy := alloc(t, dt, M*N, off)
 	dyv := dy.upload(t, randn(rng, M*N, 0, 1))
-	dz := make([]float64, M*N)
-	for i := range dz {
-		dz[i] = dyv[i]
+	dz, edz := make([]float64, M*N), make([]float64, M*N)
+	for e := range dz {
+		g := dyv[e]
 		switch epi {
 		case fusednorm.LinearEpilogueBiasReLU:
-			if z[i] <= 0 {
-				dz[i] = 0
+			if math.Abs(z[e]) <= ztol[e] {
+				edz[e] = math.Abs(g) // undecided sign: dy or 0
+			}
+			if !(yGot[e] > 0) {
+				g = 0
 			}
 		case fusednorm.LinearEpilogueBiasGELU:
-			dz[i] *= geluTanhGrad(z[i])
+			g *= geluTanhGrad(z[e])
+			edz[e] = math.Abs(dyv[e])*(0.8*(ztol[e]+u*math.Abs(z[e]))+0x1p-10*(1+math.Abs(z[e]))) + u*math.Abs(g)
 		}
+		dz[e] = g
 	}
 	dx := alloc(t, dt, M*K, off)
 	dw := alloc(t, dt, K*N, off)
@@ -156,58 +177,68 @@ func runLinearCase(t *testing.T, h *fusednorm.Handle, layout fusednorm.LinearWei
 	if err := h.LinearBwd(0, ba); err != nil {
 		t.Fatal(err)
 	}
-	dxRef, dxMag := make([]float64, M*K), make([]float64, M*K)
+	bound := func(s, mag, prop float64, terms int) float64 {
+		return 2*u*(math.Abs(s)+prop) + (2*u+float64(terms)*acc)*mag + prop + sub
+	}
+	dxRef, dxLim := make([]float64, M*K), make([]float64, M*K)
 	for i := range M {
 		for k := range K {
+			s, mag, prop := 0.0, 0.0, 0.0
 			for n := range N {
-				dxRef[i*K+k] += dz[i*N+n] * W(k, n)
-				dxMag[i*K+k] += math.Abs(dz[i*N+n] * W(k, n))
+				s += dz[i*N+n] * W(k, n)
+				mag += math.Abs(dz[i*N+n] * W(k, n))
+				prop += edz[i*N+n] * math.Abs(W(k, n))
 			}
+			dxRef[i*K+k], dxLim[i*K+k] = s, bound(s, mag, prop, N)
 		}
 	}
-	checkMag(t, "dx", dx.download(t), dxRef, dxMag, prec)
-	dwRef, dwMag := make([]float64, K*N), make([]float64, K*N)
+	checkLim(t, "dx", dx.download(t), dxRef, dxLim)
+	dwRef, dwLim := make([]float64, K*N), make([]float64, K*N)
 	for k := range K {
 		for n := range N {
 			j := k*N + n
 			if layout == fusednorm.LinearWeightNK {
 				j = n*K + k
 			}
+			s, mag, prop := 0.0, 0.0, 0.0
 			for i := range M {
-				dwRef[j] += xv[i*K+k] * dz[i*N+n]
-				dwMag[j] += math.Abs(xv[i*K+k] * dz[i*N+n])
+				s += xv[i*K+k] * dz[i*N+n]
+				mag += math.Abs(xv[i*K+k] * dz[i*N+n])
+				prop += math.Abs(xv[i*K+k]) * edz[i*N+n]
 			}
+			dwRef[j], dwLim[j] = s, bound(s, mag, prop, M)
 		}
 	}
-	checkMag(t, "dw", dw.download(t), dwRef, dwMag, prec)
+	checkLim(t, "dw", dw.download(t), dwRef, dwLim)
 	if db != nil {
-		dbRef, dbMag := make([]float64, N), make([]float64, N)
+		dbRef, dbLim := make([]float64, N), make([]float64, N)
 		for n := range N {
+			s, mag, prop := 0.0, 0.0, 0.0
 			for i := range M {
-				dbRef[n] += dz[i*N+n]
-				dbMag[n] += math.Abs(dz[i*N+n])
+				s += dz[i*N+n]
+				mag += math.Abs(dz[i*N+n])
+				prop += edz[i*N+n]
 			}
+			dbRef[n], dbLim[n] = s, bound(s, mag, prop, M)
 		}
-		checkMag(t, "db", db.download(t), dbRef, dbMag, prec)
+		checkLim(t, "db", db.download(t), dbRef, dbLim)
 	}
 }
 
-// checkMag: |got - want| <= 4 * prec * (sum of |terms| + |want|) + 1e-6;
-// NaN never passes.
-func checkMag(t *testing.T, what string, got, want, mag []float64, prec float64) {
+// checkLim: |got - want| <= lim per element; NaN never passes.
+func checkLim(t *testing.T, what string, got, want, lim []float64) {
 	t.Helper()
 	bad, wi, worst := 0, 0, 0.0
 	for i := range want {
-		lim := 4*prec*(mag[i]+math.Abs(want[i])) + 1e-6
 		d := math.Abs(got[i] - want[i])
-		if !(d <= lim) {
+		if !(d <= lim[i]) {
 			bad++
 		}
-		if r := d / lim; !(r <= worst) {
+		if r := d / lim[i]; !(r <= worst) {
 			worst, wi = r, i
 		}
 	}
 	if bad > 0 {
-		t.Errorf("%s: %d of %d values off; worst [%d] got %v want %v (magnitude %.3g)", what, bad, len(want), wi, got[wi], want[wi], mag[wi])
+		t.Errorf("%s: %d of %d values off; worst [%d] got %v want %v (allowed %.3g)", what, bad, len(want), wi, got[wi], want[wi], lim[wi])
 	}
 }

@@ -11,7 +11,7 @@ if ! newpath=$("$root/scripts/setup-go.sh"); then
 fi
 export PATH=$newpath
 # shellcheck source=goenv.sh
-. "$root/bindings/go/goenv.sh" "$build" "$cudalib"
+. "$root/bindings/go/goenv.sh" "$build" "$cudalib" "$build/bindings/go"
 cd "$root/bindings/go" || exit 99
 go version
 echo "+ go vet ./..."
