@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""fusednorm.torch against torch.nn (and Liger-Kernel) in one process.
+
+Rows (DIR/rows_torch.json, {"rows": [...]}, merged by merge_results.py):
+- op "host_overhead": CPU microseconds per call of a module's forward, and
+  of forward + backward, at a small shape: many calls in a loop with no
+  synchronization inside (the GPU keeps up at these shapes, so the loop
+  measures the host), median of 5 loops; against the torch.nn twin (BN+ReLU
+  and BN+Add+ReLU against BN, add and ReLU modules). vs_torch = torch / ours.
+- op "train_step": median milliseconds of a whole training step (forward,
+  loss, backward, SGD step; synchronized each step) of
+  (a) a channels-last fp16 ResNet-style model (BN+ReLU, BN+Add+ReLU),
+  (b) a 4-layer pre-norm MLP, d = 1024, 4096 tokens, bf16, LayerNorm,
+  (c) the same with RMSNorm, (d) the LayerNorm MLP at d = 8192;
+  ours = fusednorm.torch.convert(model, fuse=True) against the unconverted
+  model, and for (b)-(d) the model with Liger-Kernel's LigerLayerNorm /
+  LigerRMSNorm swapped in (liger_ms, vs_liger), when liger_kernel imports.
+Usage: bench_torch.py --out DIR [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import fusednorm.torch as ft  # noqa: E402
+
+DEV = torch.device("cuda")
+
+
+def gpu_tag(name: str) -> str:
+    n = name.lower()
+    for tag in ("h200", "h100", "a100", "l40s", "b200"):
+        if tag in n:
+            return tag
+    return "".join(c for c in n if c.isalnum())[:16] or "gpu"
+
+
+# ---- host overhead ------------------------------------------------------------
+
+def host_us(fn, calls: int, loops: int = 5) -> float:
+    for _ in range(max(50, calls // 10)):
+        fn()
+    torch.cuda.synchronize()
+    res = []
+    for _ in range(loops):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        res.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(res)
+
+
+class Add(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def overhead_cases():
+    """(name, dtype, shape, ours, torch twin (a callable of (x, z)), needs z)."""
+    d = 1024
+    cases = []
+    ln_t = nn.LayerNorm(d).to(DEV, torch.bfloat16)
+    ln_o = ft.LayerNorm(d).to(DEV, torch.bfloat16)
+    cases.append(("LayerNorm", "bf16", (16, d), ln_o, lambda x, z: ln_t(x), False))
+    rms_t = nn.RMSNorm(d).to(DEV, torch.bfloat16)
+    rms_o = ft.RMSNorm(d).to(DEV, torch.bfloat16)
+    cases.append(("RMSNorm", "bf16", (16, d), rms_o, lambda x, z: rms_t(x), False))
+    for act, with_z in ((None, False), ("relu", False), ("relu", True)):
+        bn_t = nn.BatchNorm2d(64).to(DEV)
+        bn_o = ft.BatchNorm2d(64, activation=act).to(DEV)
+        relu = nn.ReLU()
+        add = Add()
+        name = "BatchNorm2d" + ("+Add" if with_z else "") + ("+ReLU" if act else "")
+        if with_z:
+            twin = (lambda bt, r, a: lambda x, z: r(a(bt(x), z)))(bn_t, relu, add)
+        elif act:
+            twin = (lambda bt, r: lambda x, z: r(bt(x)))(bn_t, relu)
+        else:
+            twin = (lambda bt: lambda x, z: bt(x))(bn_t)
+        cases.append((name, "fp16 NHWC", (8, 64, 8, 8), bn_o, twin, with_z))
+    bn1_t, bn1_o = nn.BatchNorm1d(256).to(DEV), ft.BatchNorm1d(256).to(DEV)
+    cases.append(("BatchNorm1d", "fp16", (32, 256), bn1_o, lambda x, z: bn1_t(x), False))
+    sbn_t, sbn_o = nn.SyncBatchNorm(64).to(DEV), ft.SyncBatchNorm(64).to(DEV)
+    cases.append(("SyncBatchNorm (1 rank)", "fp16 NHWC", (8, 64, 8, 8), sbn_o, lambda x, z: sbn_t(x), False))
+    for act in (None, "relu", "gelu_tanh"):
+        lin_t = nn.Linear(256, 256).to(DEV, torch.bfloat16)
+        lin_o = ft.Linear(256, 256, activation=act).to(DEV, torch.bfloat16)
+        a = {None: nn.Identity(), "relu": nn.ReLU(), "gelu_tanh": nn.GELU(approximate="tanh")}[act]
+        cases.append(("Linear" + (f"+{act}" if act else ""), "bf16", (16, 256), lin_o,
+                      (lambda lt, aa: lambda x, z: aa(lt(x)))(lin_t, a), False))
+    return cases
+
+
+def bench_overhead(quick: bool):
+    rows = []
+    calls = 300 if quick else 2000
+    for name, dt, shape, ours, twin, with_z in overhead_cases():
+        dtype = torch.bfloat16 if dt.startswith("bf16") else torch.float16
+        x = torch.randn(shape, device=DEV, dtype=dtype)
+        if "NHWC" in dt:
+            x = x.contiguous(memory_format=torch.channels_last)
+        z = torch.randn_like(x) if with_z else None
+        xg = x.clone().requires_grad_()
+        dy = torch.randn_like(x)
+        # A SyncBatchNorm outside torch.distributed is a BatchNorm for both.
+        f_ours = lambda: ours(x, z) if z is not None else ours(x)  # noqa: E731
+        f_torch = lambda: twin(x, z)  # noqa: E731
+        b_ours = lambda: (ours(xg, z) if z is not None else ours(xg)).backward(dy)  # noqa: E731
+        b_torch = lambda: twin(xg, z).backward(dy)  # noqa: E731
+        for kind, fo, fto in (("fwd", f_ours, f_torch), ("fwd+bwd", b_ours, b_torch)):
+            uo = host_us(fo, calls)
+            ut = host_us(fto, calls)
+            rows.append({"op": "host_overhead", "module": name, "pass": kind, "dtype": dt, "shape": list(shape),
+                         "us": round(uo, 2), "torch_us": round(ut, 2), "vs_torch": round(ut / uo, 3)})
+            print(f"host {name:24s} {kind:8s} ours {uo:6.2f} us  torch {ut:6.2f} us  x{ut / uo:.2f}", flush=True)
+    return rows
+
+
+# ---- training steps -------------------------------------------------------------
+
+class Block(nn.Module):
+    """torchvision's BasicBlock shape (downsample computed after bn2)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNetStyle(nn.Module):
+    def __init__(self, width=64, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        self.layers = nn.Sequential(Block(width, width, 1), Block(width, width, 1), Block(width, 2 * width, 2),
+                                    Block(2 * width, 2 * width, 1), Block(2 * width, 4 * width, 2),
+                                    Block(4 * width, 4 * width, 1))
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1).float())
+
+
+def resnet_fp16():
+    """Convolutions in fp16, BatchNorm parameters and statistics in fp32 (the
+    usual mixed-precision BN), channels-last."""
+    m = ResNetStyle().to(DEV).to(memory_format=torch.channels_last)
+    for mod in m.modules():
+        if isinstance(mod, nn.Conv2d):
+            mod.half()
+    return m
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, d, norm):
+        super().__init__()
+        self.norm = norm
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+def mlp(d, norm_factory, layers=4):
+    return nn.Sequential(*[MLPBlock(d, norm_factory(d)) for _ in range(layers)]).to(DEV, torch.bfloat16)
+
+
+def liger_variant(model, kind):
+    from liger_kernel.transformers import LigerLayerNorm, LigerRMSNorm
+    m = copy.deepcopy(model)
+    for blk in m:
+        old = blk.norm
+        if kind == "layernorm":
+            new = LigerLayerNorm(old.normalized_shape[0], eps=old.eps, bias=True)
+            new.load_state_dict(old.state_dict())
+        else:
+            new = LigerRMSNorm(old.normalized_shape[0], eps=old.eps)
+            new.load_state_dict(old.state_dict())
+        blk.norm = new.to(DEV, torch.bfloat16)
+    return m
+
+
+def step_ms(model, make_batch, steps, warmup):
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    times, losses = [], []
+    for i in range(warmup + steps):
+        x, loss_fn = make_batch(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = loss_fn(model(x))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+            losses.append(loss.item())
+    return statistics.median(times), losses
+
+
+def bench_train(quick: bool):
+    rows = []
+    steps, warmup = (10, 5) if quick else (40, 10)
+
+    def interleave(models, make_batch):
+        """Median ms per model, three rounds interleaved (clock and placement
+        drift spread over all)."""
+        res = {k: [] for k in models}
+        loss = {}
+        for _ in range(3):
+            for k, m in models.items():
+                ms, losses = step_ms(m, make_batch, steps, warmup)
+                res[k].append(ms)
+                loss[k] = losses[-1]
+        return {k: statistics.median(v) for k, v in res.items()}, loss
+
+    # (a) ResNet-style
+    torch.manual_seed(0)
+    ref = resnet_fp16()
+    ours = ft.convert(copy.deepcopy(ref), fuse=True)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    xs = [torch.randn(128, 3, 32, 32, device=DEV, generator=g).half().contiguous(memory_format=torch.channels_last)
+          for _ in range(4)]
+    ts = [torch.randint(0, 10, (128,), device=DEV, generator=g) for _ in range(4)]
+    ms, loss = interleave({"torch": ref, "ours": ours},
+                          lambda i: (xs[i % 4], lambda out, t=ts[i % 4]: F.cross_entropy(out, t)))
+    rows.append({"op": "train_step", "model": "(a) ResNet-style, channels-last fp16, BN+ReLU and BN+Add+ReLU",
+                 "shape": [128, 3, 32, 32], "dtype": "fp16", "ms": round(ms["ours"], 3),
+                 "torch_ms": round(ms["torch"], 3), "vs_torch": round(ms["torch"] / ms["ours"], 3),
+                 "fused_epilogues": ours.fused_epilogues, "last_loss": loss["ours"], "torch_last_loss": loss["torch"]})
+    print(rows[-1], flush=True)
+    del ref, ours
+    torch.cuda.empty_cache()
+
+    # (b)-(d) pre-norm MLPs
+    for tag, d, kind in (("(b)", 1024, "layernorm"), ("(c)", 1024, "rmsnorm"), ("(d)", 8192, "layernorm")):
+        torch.manual_seed(0)
+        factory = (lambda n: nn.LayerNorm(n)) if kind == "layernorm" else (lambda n: nn.RMSNorm(n, eps=1e-6))
+        ref = mlp(d, factory)
+        ours = ft.convert(copy.deepcopy(ref), fuse=True)
+        models = {"torch": ref, "ours": ours}
+        liger_err = None
+        try:
+            models["liger"] = liger_variant(ref, kind)
+        except Exception as e:  # noqa: BLE001 - no liger here: the row says why
+            liger_err = f"{type(e).__name__}: {e}"
+        x = torch.randn(4096, d, device=DEV, dtype=torch.bfloat16, generator=torch.Generator(DEV).manual_seed(1))
+        ms, loss = interleave(models, lambda i: (x, lambda out: out.float().square().mean()))
+        row = {"op": "train_step", "model": f"{tag} 4-layer pre-norm MLP, {kind}, d={d}, 4096 tokens, bf16",
+               "shape": [4096, d], "dtype": "bf16", "ms": round(ms["ours"], 3), "torch_ms": round(ms["torch"], 3),
+               "vs_torch": round(ms["torch"] / ms["ours"], 3), "fused_epilogues": ours.fused_epilogues,
+               "last_loss": loss["ours"], "torch_last_loss": loss["torch"]}
+        if "liger" in ms:
+            row.update(liger_ms=round(ms["liger"], 3), vs_liger=round(ms["liger"] / ms["ours"], 3),
+                       liger_last_loss=loss["liger"])
+        else:
+            row["liger_error"] = liger_err
+        rows.append(row)
+        print(row, flush=True)
+        del models, ref, ours
+        torch.cuda.empty_cache()
+    return rows
+
+
+def write_md(path, rows):
+    with open(path, "w") as f:
+        f.write("### PyTorch drop-in (fusednorm.torch)\n\n| module | pass | ours µs | torch µs | vs torch |\n"
+                "|---|---|---:|---:|---:|\n")
+        for r in rows:
+            if r["op"] == "host_overhead":
+                f.write(f"| {r['module']} ({r['dtype']}) | {r['pass']} | {r['us']:.1f} | {r['torch_us']:.1f} | "
+                        f"{r['vs_torch']:.2f}x |\n")
+        f.write("\n| training step | ours ms | torch ms | vs torch | Liger ms | vs Liger |\n|---|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            if r["op"] == "train_step":
+                lm = f"{r['liger_ms']:.2f}" if r.get("liger_ms") else "-"
+                vl = f"{r['vs_liger']:.2f}x" if r.get("vs_liger") else "-"
+                f.write(f"| {r['model']} | {r['ms']:.2f} | {r['torch_ms']:.2f} | {r['vs_torch']:.2f}x | {lm} | {vl} |\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=("host", "train"), default=None)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    if not ft.ops_available():
+        print(f"bench_torch: the C++ ops are not available ({ft.ops_unavailable_reason()})", file=sys.stderr)
+        return 1
+    props = torch.cuda.get_device_properties(0)
+    rows, errors = [], []
+    for part, fn in (("host", bench_overhead), ("train", bench_train)):
+        if args.only and args.only != part:
+            continue
+        try:
+            rows += fn(args.quick)
+        except Exception as e:  # noqa: BLE001 - keep the rows measured so far
+            import traceback
+            traceback.print_exc()
+            errors.append({"op": part, "error": f"{type(e).__name__}: {e}"})
+    out = {"gpu": gpu_tag(props.name), "gpu_name": props.name, "rows": rows,
+           "note": f"torch {torch.__version__}; fusednorm.torch C++ ops"}
+    if errors:
+        out["errors"] = errors
+    with open(os.path.join(args.out, "rows_torch.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    write_md(os.path.join(args.out, "rows_torch.md"), rows)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

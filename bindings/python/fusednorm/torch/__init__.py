@@ -1,0 +1,25 @@
+"""libfusednorm as PyTorch modules: drop-in subclasses of torch.nn's
+LayerNorm, RMSNorm, BatchNorm1d/2d/3d, SyncBatchNorm and Linear, and
+`convert(model, fuse=False)` that swaps them into a model (and with
+fuse=True rewrites BN->ReLU and BN->add->ReLU into fused epilogues).
+
+The ops are C++ (csrc/ops.cpp, TORCH_LIBRARY "fusednorm", autograd in C++,
+fake implementations for torch.compile), built on first import;
+`ops_available()` / `ops_unavailable_reason()` say whether they are in use.
+Without them (or for what the library refuses) the modules run
+torch.nn.functional.
+"""
+from . import _ops
+from .convert import convert, fuse, swap
+from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, Linear, LayerNorm, RMSNorm, SyncBatchNorm
+
+__all__ = ["LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear",
+           "convert", "fuse", "swap", "ops_available", "ops_unavailable_reason"]
+
+
+def ops_available() -> bool:
+    return _ops.available()
+
+
+def ops_unavailable_reason():
+    return _ops.reason()

@@ -1,0 +1,158 @@
+"""The C++ ops (csrc/ops.cpp): built on first import with PyTorch's
+extension builder (cached by torch under $TORCH_EXTENSIONS_DIR, rebuilt when
+the source or flags change), bound to the library the binding loaded, and
+given their fake (meta) implementations for torch.compile.
+
+`available()` says whether the ops are there; `reason()` why not (no CUDA
+toolkit, a failed build...). Without them every module falls back to
+torch.nn.functional.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import torch
+
+from .. import _core
+
+_REASON = None
+
+
+def _api_dir() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.environ.get("FNORM_INCLUDE_DIR"), os.path.join(here, "..", "..", "..", "..", "api")):
+        if cand and os.path.isfile(os.path.join(cand, "fusednorm.h")):
+            return os.path.abspath(cand)
+    raise FileNotFoundError("fusednorm.h not found: set FNORM_INCLUDE_DIR to the directory holding it")
+
+
+def _build() -> None:
+    from torch.utils import cpp_extension
+    here = os.path.dirname(os.path.abspath(__file__))
+    cpp_extension.load(name="fusednorm_torch_ops", sources=[os.path.join(here, "csrc", "ops.cpp")],
+                       extra_include_paths=[_api_dir()], extra_cflags=["-O2"], with_cuda=True,
+                       is_python_module=False, verbose=bool(os.environ.get("FNORM_TORCH_VERBOSE")))
+    names = torch.ops.fusednorm._abi_names()
+    torch.ops.fusednorm._bind_abi([ctypes.cast(getattr(_core.lib, n), ctypes.c_void_p).value for n in names])
+
+
+def _load() -> None:
+    global _REASON
+    if os.environ.get("FNORM_TORCH_DISABLE"):
+        _REASON = "FNORM_TORCH_DISABLE is set"
+        return
+    try:
+        _build()
+        _register_fakes()
+    except Exception as e:  # noqa: BLE001 - any failure: the modules fall back to torch
+        _REASON = f"{type(e).__name__}: {e}"
+
+
+def available() -> bool:
+    return _REASON is None
+
+
+def reason() -> str | None:
+    return _REASON
+
+
+# ---- fake implementations ---------------------------------------------------
+
+def _concrete(*shapes) -> bool:
+    return all(isinstance(s, int) for shape in shapes for s in shape)
+
+
+def _register_fakes() -> None:
+    from .. import batchnorm as _bn
+    from .. import linear as _lin
+    lib = torch.library
+
+    @lib.register_fake("fusednorm::norm_fwd")
+    def _norm_fwd(x, weight, bias, mode, axis, eps):
+        rows = math.prod(x.shape[:axis])
+        f32 = dict(dtype=torch.float32, device=x.device)
+        mean = x.new_empty((rows,), **f32) if mode == 0 else x.new_empty((0,), **f32)
+        return torch.empty_like(x), mean, x.new_empty((rows,), **f32)
+
+    @lib.register_fake("fusednorm::norm_bwd")
+    def _norm_bwd(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta):
+        w = weight if weight is not None else bias
+        dg = torch.empty_like(w, memory_format=torch.contiguous_format) \
+            if need_dgamma and weight is not None else x.new_empty((0,))
+        db = torch.empty_like(w, memory_format=torch.contiguous_format) \
+            if need_dbeta and mode == 0 and w is not None else x.new_empty((0,))
+        return torch.empty_like(x), dg, db
+
+    @lib.register_fake("fusednorm::norm")
+    def _norm(x, weight, bias, mode, axis, eps):
+        return torch.empty_like(x)
+
+    def _reserve_bytes(x, epilogue, eps, momentum, comm, sync_flags):
+        if not _concrete(x.shape, x.stride()):
+            return torch.library.get_ctx().new_dynamic_size()
+        dims = (1,) + tuple(x.shape[1:]) if x.shape[0] == 0 else tuple(x.shape)
+        desc = _bn._bn_desc(int(epilogue), float(eps), 1 if momentum < 0 else 0,
+                            0.0 if momentum < 0 else float(momentum), 0, comm or None, int(sync_flags))
+        xd = _core._tensor_desc(_core._dtype_of(x, "x"), dims, tuple(x.stride()))
+        return _bn._size_query(_core.lib.fnorm_batchnorm_reserve_space_size, _core._handle_for(x.device.index),
+                               desc, xd)
+
+    @lib.register_fake("fusednorm::bn_fwd_train")
+    def _bn_fwd_train(x, weight, bias, running_mean, running_var, nbt, z, momentum, eps, epilogue, comm,
+                      sync_flags):
+        c = x.shape[1]
+        f32 = dict(dtype=torch.float32, device=x.device)
+        rs = _reserve_bytes(x, epilogue, eps, momentum, comm, sync_flags)
+        return (torch.empty_like(x), x.new_empty((c,), **f32), x.new_empty((c,), **f32),
+                x.new_empty((rs,), dtype=torch.uint8))
+
+    @lib.register_fake("fusednorm::bn_fwd_infer")
+    def _bn_fwd_infer(x, weight, bias, running_mean, running_var, z, eps, epilogue):
+        return torch.empty_like(x)
+
+    @lib.register_fake("fusednorm::bn_bwd")
+    def _bn_bwd(dy, x, weight, saved_mean, saved_invstd, reserve, eps, epilogue, comm, sync_flags, need_dz,
+                need_weight_grads):
+        c = x.shape[1]
+        f32 = dict(dtype=torch.float32, device=x.device)
+        dz = torch.empty_like(x) if need_dz else x.new_empty((0,))
+        dg = x.new_empty((c,) if need_weight_grads else (0,), **f32)
+        db = x.new_empty((c,) if need_weight_grads else (0,), **f32)
+        return torch.empty_like(x), dg, db, dz
+
+    @lib.register_fake("fusednorm::batch_norm")
+    def _batch_norm(x, weight, bias, running_mean, running_var, nbt, z, momentum, eps, epilogue, comm,
+                    sync_flags):
+        return torch.empty_like(x)
+
+    def _aux_bytes(y, act, has_bias):
+        if act == 0:
+            return 0
+        if not _concrete(y.shape):
+            return torch.library.get_ctx().new_dynamic_size()
+        epi = _lin._epilogue_of(has_bias, {1: "relu", 2: "gelu"}[act])
+        desc = _lin._linear_desc(epi, _lin.WeightLayout.NK, _lin.LinearFlag.NONE)
+        yd = _core._tensor_desc(_core._dtype_of(y, "y"), tuple(y.shape), tuple(y.stride()))
+        return _lin.linear_aux_size(_core._handle_for(y.device.index), desc, yd)
+
+    @lib.register_fake("fusednorm::linear_fwd")
+    def _linear_fwd(x, weight, bias, act, save_aux):
+        y = x.new_empty((*x.shape[:-1], weight.shape[0]))
+        n = _aux_bytes(y, act, bias is not None) if save_aux else 0
+        return y, x.new_empty((n,), dtype=torch.uint8)
+
+    @lib.register_fake("fusednorm::linear_bwd")
+    def _linear_bwd(dy, x, weight, aux, has_bias, act, need_dx, need_dw, need_db):
+        dx = x.new_empty(x.shape) if need_dx else x.new_empty((0,))
+        dw = torch.empty_like(weight) if need_dw else x.new_empty((0,), dtype=weight.dtype)
+        db = dy.new_empty((dy.shape[-1],)) if need_db and has_bias else dy.new_empty((0,))
+        return dx, dw, db
+
+    @lib.register_fake("fusednorm::linear")
+    def _linear(x, weight, bias, act):
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+_load()

@@ -1,0 +1,150 @@
+"""convert(model, fuse=False): libfusednorm's modules swapped into a model.
+
+Swapping changes each module's class in place (its parameters and buffers,
+hence optimizer state and state_dict, stay the very same tensors): the
+torch.nn classes replaced are LayerNorm, RMSNorm, BatchNorm1d/2d/3d,
+SyncBatchNorm and Linear (exact classes only: a user's subclass is left
+alone).
+
+fuse=True also rewrites, with torch.fx, BN -> ReLU into BN with the ReLU
+epilogue, BN -> (+ residual) -> ReLU into BN+Add+ReLU, and Linear (with a
+bias) -> ReLU / GELU(approximate="tanh") into the Linear's epilogue, where
+the module is called once and its output (and the sum's) feeds only the
+activation;
+the ReLU may be nn.ReLU, F.relu, torch.relu or Tensor.relu (in place or
+not), the add `a + b`, `a += b` or torch.add without alpha. The model must
+be symbolically traceable; the result is a torch.fx.GraphModule sharing the
+model's modules.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from . import modules as M
+
+_SWAPS = {
+    nn.LayerNorm: M.LayerNorm,
+    nn.RMSNorm: M.RMSNorm,
+    nn.BatchNorm1d: M.BatchNorm1d,
+    nn.BatchNorm2d: M.BatchNorm2d,
+    nn.BatchNorm3d: M.BatchNorm3d,
+    nn.SyncBatchNorm: M.SyncBatchNorm,
+    nn.Linear: M.Linear,
+}
+_OURS = tuple(set(_SWAPS.values()))
+_BN = (M.BatchNorm1d, M.BatchNorm2d, M.BatchNorm3d, M.SyncBatchNorm)
+
+
+def swap(model: nn.Module) -> nn.Module:
+    """The class swap alone, in place; returns model."""
+    for mod in model.modules():
+        new = _SWAPS.get(type(mod))
+        if new is None:
+            continue
+        mod.__class__ = new
+        if new in _BN or new is M.Linear:
+            mod.activation = None
+    return model
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m, qualname):
+        return isinstance(m, _OURS) or super().is_leaf_module(m, qualname)
+
+
+def _is_relu(node, gm) -> bool:
+    if node.op == "call_module":
+        return isinstance(gm.get_submodule(node.target), nn.ReLU)
+    if node.op == "call_function":
+        return node.target in (F.relu, torch.relu, torch.relu_) and len(node.args) == 1
+    if node.op == "call_method":
+        return node.target in ("relu", "relu_") and len(node.args) == 1
+    return False
+
+
+def _gelu_tanh(node, gm) -> bool:
+    if node.op == "call_module":
+        m = gm.get_submodule(node.target)
+        return isinstance(m, nn.GELU) and m.approximate == "tanh"
+    if node.op == "call_function" and node.target is F.gelu:
+        return len(node.args) == 1 and node.kwargs.get("approximate") == "tanh"
+    return False
+
+
+def _is_add(node) -> bool:
+    if node.op == "call_function" and node.target in (operator.add, operator.iadd, torch.add):
+        return len(node.args) == 2 and not node.kwargs
+    if node.op == "call_method" and node.target in ("add", "add_"):
+        return len(node.args) == 2 and not node.kwargs
+    return False
+
+
+def _only_user(node):
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def fuse(model: nn.Module) -> fx.GraphModule:
+    """The epilogue rewrite of a swapped model (see the module's text)."""
+    gm = fx.GraphModule(model, _Tracer().trace(model), model.__class__.__name__)
+    calls = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            calls[n.target] = calls.get(n.target, 0) + 1
+    fused = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_module" or calls.get(n.target) != 1 or len(n.args) != 1 or n.kwargs:
+            continue
+        bn = gm.get_submodule(n.target)
+        user = _only_user(n)
+        if user is None:
+            continue
+        if isinstance(bn, M.Linear) and bn.activation is None and bn.bias is not None:
+            act = "relu" if _is_relu(user, gm) else ("gelu_tanh" if _gelu_tanh(user, gm) else None)
+            if act:
+                bn.activation = act
+                user.replace_all_uses_with(n)
+                gm.graph.erase_node(user)
+                fused += 1
+            continue
+        if not isinstance(bn, _BN) or bn.activation is not None:
+            continue
+        if _is_relu(user, gm):
+            bn.activation = "relu"
+            user.replace_all_uses_with(n)
+            gm.graph.erase_node(user)
+            fused += 1
+        elif _is_add(user):
+            relu = _only_user(user)
+            if relu is None or not _is_relu(relu, gm):
+                continue
+            z = user.args[1] if user.args[0] is n else user.args[0]
+            if z is n or not isinstance(z, fx.Node):
+                continue
+            # The residual may be computed after the BN (torchvision computes the
+            # downsample after bn2): the fused call goes where both exist.
+            with gm.graph.inserting_before(user):
+                new = gm.graph.call_module(n.target, (n.args[0], z))
+            bn.activation = "relu"
+            relu.replace_all_uses_with(new)
+            gm.graph.erase_node(relu)
+            gm.graph.erase_node(user)
+            gm.graph.erase_node(n)
+            fused += 1
+    gm.graph.lint()
+    gm.recompile()
+    gm.fused_epilogues = fused
+    return gm
+
+
+def convert(model: nn.Module, fuse: bool = False):
+    """Swap libfusednorm's modules into `model` in place and return it; with
+    fuse=True return the fx.GraphModule with the fused epilogues."""
+    swap(model)
+    if not fuse:
+        return model
+    return globals()["fuse"](model)
