@@ -84,21 +84,27 @@ func TestGPULaunchErrors(t *testing.T) {
 	defer bn.Close()
 	bxd := tensor(t, dt, []int64{rows, cols}, nil)
 	rs := must[uint64](t)(h.BatchNormReserveSpaceSize(bn, bxd))
+	bws := must[uint64](t)(h.BatchNormFwdTrainWorkspaceSize(bn, bxd))
 	err = h.BatchNormFwdTrain(0, &fusednorm.BatchNormFwdTrain{BN: bn, XDesc: bxd, X: x.Ptr, YDesc: bxd, Y: y.Ptr,
-		Reserve: workspace(t, rs), ReserveLen: rs})
+		Reserve: workspace(t, rs), ReserveLen: rs, Workspace: workspace(t, bws), WorkspaceLen: bws})
 	expect("ADD_RELU without z", err, fusednorm.ErrBadParam, "fnorm_batchnorm_fwd_train", "z")
 	one := tensor(t, dt, []int64{1, cols}, nil)
 	plain, _ := fusednorm.NewBatchNormDesc()
 	defer plain.Close()
-	err = h.BatchNormFwdTrain(0, &fusednorm.BatchNormFwdTrain{BN: plain, XDesc: one, X: x.Ptr, YDesc: one, Y: y.Ptr})
+	ows := must[uint64](t)(h.BatchNormFwdTrainWorkspaceSize(plain, bxd)) // enough for one too: the launch must refuse m = 1 itself
+	err = h.BatchNormFwdTrain(0, &fusednorm.BatchNormFwdTrain{BN: plain, XDesc: one, X: x.Ptr, YDesc: one, Y: y.Ptr,
+		Workspace: workspace(t, ows), WorkspaceLen: ows})
 	expect("BatchNorm m = 1", err, fusednorm.ErrBadParam, "fnorm_batchnorm_fwd_train", "")
 
 	// Linear with a weight of the wrong inner size.
 	if ld, err := fusednorm.NewLinear(fusednorm.LinearEpilogueNone, fusednorm.LinearWeightKN, 0); err == nil {
 		defer ld.Close()
 		wk := tensor(t, dt, []int64{cols + 2, 4}, nil)
+		wok := tensor(t, dt, []int64{cols, 4}, nil)
 		yk := tensor(t, dt, []int64{rows, 4}, nil)
-		err = h.LinearFwd(0, &fusednorm.LinearFwd{Desc: ld, XDesc: xd, X: x.Ptr, WDesc: wk, W: dg.Ptr, YDesc: yk, Y: y.Ptr})
+		lws := must[uint64](t)(h.LinearFwdWorkspaceSize(ld, xd, wok, yk))
+		err = h.LinearFwd(0, &fusednorm.LinearFwd{Desc: ld, XDesc: xd, X: x.Ptr, WDesc: wk, W: dg.Ptr, YDesc: yk, Y: y.Ptr,
+			Workspace: workspace(t, lws), WorkspaceLen: lws})
 		expect("linear k mismatch", err, fusednorm.ErrShape, "fnorm_linear_fwd", "")
 	}
 
