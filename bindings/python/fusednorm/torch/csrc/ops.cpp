@@ -291,6 +291,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
   return {dx, dgamma, dbeta};
 }
 
+// needs_input_grad counts the autograd edges: only the tensors actually given
+// (an absent optional takes no index). Edge index of each argument, -1 absent.
+bool given(const c10::optional<at::Tensor> &t) { return t.has_value() && t->defined(); }
+bool needs(torch::autograd::AutogradContext *ctx, const char *key) {
+  int64_t i = ctx->saved_data[key].toInt();
+  return i >= 0 && ctx->needs_input_grad(static_cast<size_t>(i));
+}
+
 at::Tensor call_norm_fwd_y(const at::Tensor &x, const c10::optional<at::Tensor> &w,
                            const c10::optional<at::Tensor> &b, int64_t mode, int64_t axis, double eps) {
   return std::get<0>(norm_fwd(x, w, b, mode, axis, eps));
@@ -307,6 +315,9 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
     ctx->save_for_backward({x, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     ctx->saved_data["mode"] = mode;
     ctx->saved_data["axis"] = axis;
+    int64_t edge = 1;
+    ctx->saved_data["edge_w"] = given(weight) ? edge++ : int64_t{-1};
+    ctx->saved_data["edge_b"] = given(bias) ? edge++ : int64_t{-1};
     return y;
   }
 
@@ -319,11 +330,11 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
     if (saved[3].defined()) w = saved[3];
     if (saved[4].defined()) b = saved[4];
     at::Tensor dy = grads[0].contiguous();  // the library reads dy through its own packed descriptor
+    bool need_w = needs(ctx, "edge_w"), need_b = needs(ctx, "edge_b");
     auto [dx, dgamma, dbeta] = op.call(dy, saved[0], saved[1], saved[2], w, b, ctx->saved_data["mode"].toInt(),
-                                       ctx->saved_data["axis"].toInt(), ctx->needs_input_grad(1),
-                                       ctx->needs_input_grad(2));
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) && w ? dgamma : at::Tensor(),
-            ctx->needs_input_grad(2) && b ? dbeta : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+                                       ctx->saved_data["axis"].toInt(), need_w, need_b);
+    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), need_w ? dgamma : at::Tensor(),
+            need_b ? dbeta : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -478,7 +489,11 @@ class BatchNormFunction : public torch::autograd::Function<BatchNormFunction> {
     ctx->saved_data["epilogue"] = epilogue;
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["sync_flags"] = sync_flags;
-    ctx->saved_data["has_z"] = z.has_value() && z->defined();
+    int64_t edge = 1;
+    ctx->saved_data["edge_w"] = given(weight) ? edge++ : int64_t{-1};
+    ctx->saved_data["edge_b"] = given(bias) ? edge++ : int64_t{-1};
+    edge += given(running_mean) + given(running_var) + given(num_batches_tracked);
+    ctx->saved_data["edge_z"] = given(z) ? edge++ : int64_t{-1};
     return y;
   }
 
@@ -493,14 +508,15 @@ class BatchNormFunction : public torch::autograd::Function<BatchNormFunction> {
     // dy is read through x's descriptor: give it x's layout.
     at::Tensor dy = grads[0];
     if (x.numel() > 0 && dy.strides() != x.strides()) dy = at::empty_like(x).copy_(dy);
-    bool need_dz = ctx->saved_data["has_z"].toBool() && ctx->needs_input_grad(6);
-    bool need_w = ctx->needs_input_grad(1) || ctx->needs_input_grad(2);
+    bool need_dz = needs(ctx, "edge_z");
+    bool need_dw = needs(ctx, "edge_w"), need_db = needs(ctx, "edge_b");
+    bool need_w = need_dw || need_db;
     auto [dx, dgamma, dbeta, dz] = op.call(dy, x, w, saved[2], saved[3], saved[4], ctx->saved_data["eps"].toDouble(),
                                            ctx->saved_data["epilogue"].toInt(), ctx->saved_data["comm"].toInt(),
                                            ctx->saved_data["sync_flags"].toInt(), need_dz, need_w);
     return {ctx->needs_input_grad(0) ? dx : at::Tensor(),
-            ctx->needs_input_grad(1) ? dgamma : at::Tensor(),
-            ctx->needs_input_grad(2) ? dbeta : at::Tensor(),
+            need_dw ? dgamma : at::Tensor(),
+            need_db ? dbeta : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(),
             need_dz ? dz : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -607,7 +623,8 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     auto [y, aux] = op.call(x, w, b, act, true);
     ctx->save_for_backward({x, w, aux});
     ctx->saved_data["act"] = act;
-    ctx->saved_data["has_bias"] = b.has_value() && b->defined();
+    ctx->saved_data["has_bias"] = given(b);
+    ctx->saved_data["edge_b"] = given(b) ? int64_t{2} : int64_t{-1};
     return y;
   }
 
@@ -618,11 +635,12 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     auto saved = ctx->get_saved_variables();
     bool has_bias = ctx->saved_data["has_bias"].toBool();
     // aux was written for y's packed layout: dy in the same.
+    bool need_db = needs(ctx, "edge_b");
     auto [dx, dw, db] = op.call(grads[0].contiguous(), saved[0], saved[1], saved[2], has_bias,
                                 ctx->saved_data["act"].toInt(), ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                has_bias && ctx->needs_input_grad(2));
+                                need_db);
     return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) ? dw : at::Tensor(),
-            has_bias && ctx->needs_input_grad(2) ? db : at::Tensor(), at::Tensor()};
+            need_db ? db : at::Tensor(), at::Tensor()};
   }
 };
 
