@@ -157,7 +157,8 @@ pub fn last_error_message() -> String {
     // SAFETY: buf holds buf.len() bytes; the library NUL-terminates within them.
     let full = unsafe { sys::fnorm_get_last_error_message(buf.as_mut_ptr() as *mut c_char, buf.len()) };
     if full >= buf.len() {
-        buf = vec![0u8; full.saturating_add(1)];
+        // Bounded: a message is a line of text; a wild length must not exhaust memory.
+        buf = vec![0u8; full.saturating_add(1).min(1 << 16)];
         // SAFETY: as above, with room for the whole message.
         unsafe { sys::fnorm_get_last_error_message(buf.as_mut_ptr() as *mut c_char, buf.len()) };
     }
