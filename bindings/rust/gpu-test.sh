@@ -3,14 +3,14 @@
 # test binaries and examples that bindings/rust/prebuild.sh built elsewhere
 # and left in build-bindings/rust/ (carried with the tree), against
 # BUILD_DIR/src/libfusednorm.so. Prints everything to stdout (scripts/gpu-check
-# keeps it as bindings-rust.log); writes rust-gpu-summary.txt into OUTDIR.
+# keeps it as bindings-rust.log). OUTDIR is accepted for gpu-check's calling
+# convention; nothing is written there (the device tool returns 8 files at most).
 # Exit: 0 when all passed, or (with "SKIP: ...") when the binaries are absent;
 # 1 on any failure.
 # Usage: bindings/rust/gpu-test.sh BUILD_DIR [OUTDIR]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: gpu-test.sh BUILD_DIR [OUTDIR]}" && pwd)
-out=${2:-}
 bin=$root/build-bindings/rust
 if [ ! -d "$bin/tests" ]; then
   echo "SKIP: prebuilt Rust binaries absent ($bin; run bindings/rust/prebuild.sh where cargo is, then carry build-bindings)"
@@ -51,9 +51,6 @@ for e in "$bin"/examples/*; do
 done
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
-if [ -n "$out" ] && [ -d "$out" ]; then
-  printf '%s\n' "${summary[@]}" > "$out/rust-gpu-summary.txt"
-fi
 if [ ${#fails[@]} -gt 0 ]; then
   echo "FAIL: ${fails[*]}"
   exit 1
