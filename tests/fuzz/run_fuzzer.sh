@@ -10,7 +10,10 @@ target=${1:?usage: run_fuzzer.sh TARGET CORPUS_DIR}
 corpus=${2:?usage: run_fuzzer.sh TARGET CORPUS_DIR}
 mkdir -p "$corpus"
 seeds=$(cd "$(dirname "$0")" && pwd)/seeds/$(basename "$target")
+# libFuzzer's own default exit status for a finding is 77, which meson reads
+# as a skip: findings exit 1.
 args=(-max_total_time="${FNORM_FUZZ_SECONDS:-30}" -timeout=20 -rss_limit_mb=2048 -max_len=512
+      -error_exitcode=1 -timeout_exitcode=1
       -print_final_stats=1 -artifact_prefix="$(dirname "$corpus")/")
 [ -n "${FNORM_FUZZ_SEED:-}" ] && args+=(-seed="$FNORM_FUZZ_SEED")
 dirs=("$corpus")

@@ -557,8 +557,13 @@ int main() {
   const fnorm_linear_epilogue_t epis[] = {FNORM_LINEAR_EPILOGUE_NONE, FNORM_LINEAR_EPILOGUE_BIAS,
                                           FNORM_LINEAR_EPILOGUE_BIAS_RELU, FNORM_LINEAR_EPILOGUE_BIAS_GELU};
   const fnorm_linear_weight_layout_t layouts[] = {FNORM_LINEAR_WEIGHT_KN, FNORM_LINEAR_WEIGHT_NK};
-  const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1, 17, 64} : std::vector<int64_t>{1, 3, 17, 64};
-  const int64_t big[][3] = {{1000, 64, 17}, {17, 1000, 64}, {64, 17, 1000}, {1000, 17, 64}, {3, 64, 1000}};
+  // FNORM_TEST_SANITIZE=1 (scripts/gpu-sanitize): one size and one big shape, for compute-sanitizer's tools.
+  const bool san = std::getenv("FNORM_TEST_SANITIZE") != nullptr;
+  const std::vector<int64_t> sizes = san     ? std::vector<int64_t>{17}
+                                     : quick ? std::vector<int64_t>{1, 17, 64}
+                                             : std::vector<int64_t>{1, 3, 17, 64};
+  std::vector<std::array<int64_t, 3>> big = {{1000, 64, 17}, {17, 1000, 64}, {64, 17, 1000}, {1000, 17, 64}, {3, 64, 1000}};
+  if (san) big.resize(1);
   for (fnorm_dtype_t dt : dtypes) {
     const long before = ctx.failures;
     for (fnorm_linear_weight_layout_t lay : layouts)
