@@ -104,9 +104,83 @@ def overhead_cases():
     return cases
 
 
+def host_profile(calls: int):
+    """Where a LayerNorm / RMSNorm call's host time goes (bf16 16 x 1024), each
+    layer timed alone: the C ABI through ctypes (its argument conversion is
+    measured apart with a call of fnorm_get_version), our op through
+    torch.ops (schema-driven argument parsing) and through the extension's
+    pybind11 entry, the module; and torch's counterparts."""
+    import ctypes
+    import fusednorm as fn
+    from fusednorm.torch import _ops
+    rows = []
+    d = 1024
+    x = torch.randn(16, d, device=DEV, dtype=torch.bfloat16)
+    w = torch.ones(d, device=DEV, dtype=torch.bfloat16)
+    b = torch.zeros(d, device=DEV, dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    mean = torch.empty(16, device=DEV)
+    rstd = torch.empty(16, device=DEV)
+    dx = torch.empty_like(x)
+    dg, db = torch.empty_like(w), torch.empty_like(b)
+    h = fn._handle_for(0)
+    xd = fn._tensor_desc(fn.DType.BFLOAT16, (16, d), (d, 1))
+    wd = fn._tensor_desc(fn.DType.BFLOAT16, (d,), (1,))
+    st = torch.cuda.current_stream().cuda_stream
+    L = fn.lib
+    for mode, name in ((fn.NormMode.LAYERNORM, "LayerNorm"), (fn.NormMode.RMSNORM, "RMSNorm")):
+        nd = fn._norm_desc(mode, -1, 1e-5, 0)
+        ln = mode == fn.NormMode.LAYERNORM
+        ws_n = fn.norm_bwd_workspace_size(h, nd, xd, wd)
+        ws = torch.empty(max(ws_n, 1), dtype=torch.uint8, device=DEV)
+        fwd_args = (h.ptr, st, nd.ptr, xd.ptr, x.data_ptr(), None, None, wd.ptr, w.data_ptr(),
+                    b.data_ptr() if ln else None, xd.ptr, y.data_ptr(), mean.data_ptr() if ln else None,
+                    rstd.data_ptr(), None, 0)
+        bwd_args = (h.ptr, st, nd.ptr, xd.ptr, x.data_ptr(), xd.ptr, y.data_ptr(), mean.data_ptr() if ln else None,
+                    rstd.data_ptr(), wd.ptr, w.data_ptr(), None, xd.ptr, dx.data_ptr(), dg.data_ptr(),
+                    db.data_ptr() if ln else None, ws.data_ptr(), ws_n)
+        f_fwd, f_bwd = L.fnorm_norm_fwd, L.fnorm_norm_bwd
+        m = ft.LayerNorm(d) if ln else ft.RMSNorm(d, eps=1e-5)
+        m = m.to(DEV, torch.bfloat16)
+        tm = (nn.LayerNorm(d) if ln else nn.RMSNorm(d, eps=1e-5)).to(DEV, torch.bfloat16)
+        op_fwd = torch.ops.fusednorm.norm_fwd.default
+        op_bwd = torch.ops.fusednorm.norm_bwd.default
+        bb = b if ln else None
+        _, sm, sr = op_fwd(x, w, bb, int(mode), 1, 1e-5)
+        xg = x.clone().requires_grad_()
+        steps = [
+            ("ctypes call alone (fnorm_get_version)", lambda: L.fnorm_get_version()),
+            ("C ABI fwd (ctypes)", lambda: f_fwd(*fwd_args)),
+            ("C ABI bwd (ctypes)", lambda: f_bwd(*bwd_args)),
+            ("op norm_fwd (torch.ops)", lambda: op_fwd(x, w, bb, int(mode), 1, 1e-5)),
+            ("op norm_bwd (torch.ops)", lambda: op_bwd(y, x, sm, sr, w, bb, int(mode), 1, True, ln)),
+            ("ext.norm no grad (pybind11)", lambda: _ops.ext.norm(x, w, bb, int(mode), 1, 1e-5)),
+            ("module forward, no grad", lambda: m(x)),
+            ("module forward, grad", lambda: m(xg)),
+            ("torch module forward, grad", lambda: tm(xg)),
+            ("torch one kernel (x.zero_ on a copy)", lambda: y.zero_()),
+        ]
+        if ln:
+            steps += [("torch aten.native_layer_norm (torch.ops)",
+                       lambda: torch.ops.aten.native_layer_norm.default(x, [d], w, b, 1e-5)),
+                      ("torch F.layer_norm, no grad", lambda: F.layer_norm(x, (d,), w, b, 1e-5))]
+        for what, f in steps:
+            with torch.no_grad() if "no grad" in what or "C ABI" in what or "op " in what else torch.enable_grad():
+                us = host_us(f, calls)
+            rows.append({"op": "host_profile", "module": name, "step": what, "dtype": "bf16", "shape": [16, d],
+                         "us": round(us, 2)})
+            print(f"profile {name:9s} {what:44s} {us:6.2f} us", flush=True)
+    return rows
+
+
 def bench_overhead(quick: bool):
     rows = []
     calls = 300 if quick else 2000
+    # Warm up the whole path once (lazy initialisations), then measure.
+    for _, _, shape, ours, twin, with_z in overhead_cases()[:2]:
+        x = torch.randn(shape, device=DEV, dtype=torch.bfloat16)
+        host_us(lambda: ours(x), 200, loops=1)
+        host_us(lambda: twin(x, None), 200, loops=1)
     for name, dt, shape, ours, twin, with_z in overhead_cases():
         dtype = torch.bfloat16 if dt.startswith("bf16") else torch.float16
         x = torch.randn(shape, device=DEV, dtype=dtype)
@@ -126,6 +200,7 @@ def bench_overhead(quick: bool):
             rows.append({"op": "host_overhead", "module": name, "pass": kind, "dtype": dt, "shape": list(shape),
                          "us": round(uo, 2), "torch_us": round(ut, 2), "vs_torch": round(ut / uo, 3)})
             print(f"host {name:24s} {kind:8s} ours {uo:6.2f} us  torch {ut:6.2f} us  x{ut / uo:.2f}", flush=True)
+    rows += host_profile(calls)
     return rows
 
 
@@ -268,7 +343,7 @@ def bench_train(quick: bool):
         factory = (lambda n: nn.LayerNorm(n)) if kind == "layernorm" else (lambda n: nn.RMSNorm(n, eps=1e-6))
         ref = mlp(d, factory)
         ours = ft.convert(copy.deepcopy(ref), fuse=True)
-        models = {"torch": ref, "ours": ours}
+        models = {"torch": ref, "ours": ours, "ours_norm_only": ft.convert(copy.deepcopy(ref), fuse=True, linear=False)}
         liger_err = None
         try:
             models["liger"] = liger_variant(ref, kind)
@@ -279,7 +354,9 @@ def bench_train(quick: bool):
         row = {"op": "train_step", "model": f"{tag} 4-layer pre-norm MLP, {kind}, d={d}, 4096 tokens, bf16",
                "shape": [4096, d], "dtype": "bf16", "ms": round(ms["ours"], 3), "torch_ms": round(ms["torch"], 3),
                "vs_torch": round(ms["torch"] / ms["ours"], 3), "fused_epilogues": ours.fused_epilogues,
-               "last_loss": loss["ours"], "torch_last_loss": loss["torch"]}
+               "last_loss": loss["ours"], "torch_last_loss": loss["torch"],
+               "norm_only_ms": round(ms["ours_norm_only"], 3),
+               "norm_only_vs_torch": round(ms["torch"] / ms["ours_norm_only"], 3)}
         if "liger" in ms:
             row.update(liger_ms=round(ms["liger"], 3), vs_liger=round(ms["liger"] / ms["ours"], 3),
                        liger_last_loss=loss["liger"])

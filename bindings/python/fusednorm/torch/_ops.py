@@ -18,6 +18,7 @@ import torch
 from .. import _core
 
 _REASON = None
+ext = None  # the built extension module (the eager fast path: ext.norm, ext.batch_norm, ...)
 
 
 def _api_dir() -> str:
@@ -31,9 +32,10 @@ def _api_dir() -> str:
 def _build() -> None:
     from torch.utils import cpp_extension
     here = os.path.dirname(os.path.abspath(__file__))
-    cpp_extension.load(name="fusednorm_torch_ops", sources=[os.path.join(here, "csrc", "ops.cpp")],
-                       extra_include_paths=[_api_dir()], extra_cflags=["-O2"], with_cuda=True,
-                       is_python_module=False, verbose=bool(os.environ.get("FNORM_TORCH_VERBOSE")))
+    global ext
+    ext = cpp_extension.load(name="fusednorm_torch_ops", sources=[os.path.join(here, "csrc", "ops.cpp")],
+                             extra_include_paths=[_api_dir()], extra_cflags=["-O2"], with_cuda=True,
+                             is_python_module=True, verbose=bool(os.environ.get("FNORM_TORCH_VERBOSE")))
     names = torch.ops.fusednorm._abi_names()
     torch.ops.fusednorm._bind_abi([ctypes.cast(getattr(_core.lib, n), ctypes.c_void_p).value for n in names])
 

@@ -39,11 +39,12 @@ _OURS = tuple(set(_SWAPS.values()))
 _BN = (M.BatchNorm1d, M.BatchNorm2d, M.BatchNorm3d, M.SyncBatchNorm)
 
 
-def swap(model: nn.Module) -> nn.Module:
-    """The class swap alone, in place; returns model."""
+def swap(model: nn.Module, linear: bool = True) -> nn.Module:
+    """The class swap alone, in place; returns model. linear=False leaves
+    nn.Linear modules as they are (normalization only)."""
     for mod in model.modules():
         new = _SWAPS.get(type(mod))
-        if new is None:
+        if new is None or (new is M.Linear and not linear):
             continue
         mod.__class__ = new
         if new in _BN or new is M.Linear:
@@ -141,10 +142,11 @@ def fuse(model: nn.Module) -> fx.GraphModule:
     return gm
 
 
-def convert(model: nn.Module, fuse: bool = False):
+def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
     """Swap libfusednorm's modules into `model` in place and return it; with
-    fuse=True return the fx.GraphModule with the fused epilogues."""
-    swap(model)
+    fuse=True return the fx.GraphModule with the fused epilogues. linear=False
+    keeps torch's nn.Linear (normalization layers only)."""
+    swap(model, linear)
     if not fuse:
         return model
     return globals()["fuse"](model)

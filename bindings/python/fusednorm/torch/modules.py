@@ -16,11 +16,18 @@ __all__ = ["LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", 
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _ON = _ops.available()
+# Eager calls go straight to the extension's functions (pybind11: the
+# autograd function and kernel, no torch.ops argument parsing: several
+# microseconds a call); under torch.compile the registered ops, which Dynamo
+# and AOTAutograd trace with their fake implementations.
+_compiling = torch.compiler.is_compiling
 if _ON:
-    _norm = torch.ops.fusednorm.norm.default
-    _batch_norm = torch.ops.fusednorm.batch_norm.default
-    _bn_infer = torch.ops.fusednorm.bn_fwd_infer.default
-    _linear = torch.ops.fusednorm.linear.default
+    _norm_op = torch.ops.fusednorm.norm.default
+    _batch_norm_op = torch.ops.fusednorm.batch_norm.default
+    _bn_infer_op = torch.ops.fusednorm.bn_fwd_infer.default
+    _linear_op = torch.ops.fusednorm.linear.default
+    _norm_ext, _batch_norm_ext, _bn_infer_ext, _linear_ext = (_ops.ext.norm, _ops.ext.batch_norm, _ops.ext.bn_infer,
+                                                              _ops.ext.linear)
 
 _LAYERNORM, _RMSNORM = 0, 1
 _EPI_NONE, _EPI_RELU, _EPI_ADD_RELU = 0, 1, 2
@@ -29,7 +36,7 @@ _ACTS = {None: 0, "relu": 1, "gelu_tanh": 2}
 
 def _rowwise(x, axis):
     from .._core import _rowwise as rw
-    return x if x.is_contiguous() else rw(x, axis)
+    return rw(x, axis)
 
 
 _F32 = torch.float32
@@ -54,7 +61,9 @@ class LayerNorm(nn.LayerNorm):
         w, b = self.weight, self.bias
         if _ON and x.is_cuda and x.dtype in _FLOATS and _params_ok(w, b, x):
             axis = x.dim() - len(self.normalized_shape)
-            return _norm(_rowwise(x, axis), w, b, _LAYERNORM, axis, self.eps)
+            if not x.is_contiguous():
+                x = _rowwise(x, axis)
+            return (_norm_op if _compiling() else _norm_ext)(x, w, b, _LAYERNORM, axis, self.eps)
         return F.layer_norm(x, self.normalized_shape, w, b, self.eps)
 
 
@@ -67,7 +76,9 @@ class RMSNorm(nn.RMSNorm):
         if _ON and x.is_cuda and x.dtype in _FLOATS and _params_ok(w, None, x):
             axis = x.dim() - len(self.normalized_shape)
             eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-            return _norm(_rowwise(x, axis), w, None, _RMSNORM, axis, eps)
+            if not x.is_contiguous():
+                x = _rowwise(x, axis)
+            return (_norm_op if _compiling() else _norm_ext)(x, w, None, _RMSNORM, axis, eps)
         return F.rms_norm(x, self.normalized_shape, w, self.eps)
 
 
@@ -126,7 +137,9 @@ class _BatchNormMixin:
         if z is not None and z.stride() != x.stride():
             z = torch.empty_like(x).copy_(z)  # read through x's descriptor
         bn_training = self.training or (self.running_mean is None and self.running_var is None)
+        compiling = _compiling()
         if not bn_training:
+            _bn_infer = _bn_infer_op if compiling else _bn_infer_ext
             if torch.is_grad_enabled() and (x.requires_grad or (self.weight is not None and self.weight.requires_grad)
                                             or (z is not None and z.requires_grad)):
                 return self._torch_forward(x, z, act)  # no inference backward in the library
@@ -142,6 +155,7 @@ class _BatchNormMixin:
         nbt = self.num_batches_tracked if track else None  # the library counts it, once
         momentum = -1.0 if self.momentum is None else float(self.momentum)
         comm = self._comm(x)
+        _batch_norm = _batch_norm_op if compiling else _batch_norm_ext
         if z is not None and not act:
             return _batch_norm(x, self.weight, self.bias, rm, rv, nbt, None, momentum, self.eps, _EPI_NONE, comm,
                                0) + z
@@ -248,8 +262,10 @@ class Linear(nn.Linear):
         w, b = self.weight, self.bias
         if _ON and x.is_cuda and x.dtype in _FLOATS and x.dim() >= 2 and w.dtype is x.dtype and \
                 (b.dtype is x.dtype if b is not None else act is None):
-            x = x if x.is_contiguous() else _rowwise(x, -1)
-            return _linear(x, w if w.is_contiguous() else w.contiguous(), b, _ACTS[act])
+            if not x.is_contiguous():
+                x = _rowwise(x, -1)
+            return (_linear_op if _compiling() else _linear_ext)(x, w if w.is_contiguous() else w.contiguous(), b,
+                                                                 _ACTS[act])
         y = F.linear(x, w, b)
         if act == "relu":
             return F.relu(y)
