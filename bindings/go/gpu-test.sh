@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: run the Go binding's prebuilt test binaries and
 # examples (bindings/go/prebuild.sh, carried in build-bindings/go/) against
-# BUILD_DIR/src/libfusednorm.so. Logs go to OUTDIR. Non-zero on any failure,
-# including a GPU test that skipped although the machine has a GPU.
+# BUILD_DIR/src/libfusednorm.so. The whole log goes to OUTDIR/go-tests.log
+# (one file: the device tool brings back at most 8); a summary to stdout.
+# Non-zero on any failure, including a GPU test that skipped although the
+# machine has a GPU.
 # Usage: bindings/go/gpu-test.sh BUILD_DIR OUTDIR
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,30 +22,36 @@ lib=$build/src/libfusednorm.so
 # it): the same cudart libfusednorm resolves to.
 cudart=$(ldd "$lib" | awk '/libcudart/ {print $3; exit}')
 export LD_LIBRARY_PATH=$build/src${cudart:+:$(dirname "$cudart")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 cat "$bin/BUILT_WITH" 2>/dev/null
 rc=0
 # The package tests read api/ and shim.c relative to bindings/go.
-(cd "$root/bindings/go" && "$bin/fusednorm.test" -test.v -test.count=1 -test.timeout=300s) > "$out/go-test.log" 2>&1 || rc=1
-(cd "$root/bindings/go/half" && "$bin/half.test" -test.v) > "$out/go-half-test.log" 2>&1 || rc=1
-pass=$(grep -c -- "--- PASS" "$out/go-test.log")
-fail=$(grep -c -- "--- FAIL" "$out/go-test.log")
-skip=$(grep -c -- "--- SKIP" "$out/go-test.log")
+(cd "$root/bindings/go" && "$bin/fusednorm.test" -test.v -test.count=1 -test.timeout=300s) > "$tmp/test.log" 2>&1 || rc=1
+(cd "$root/bindings/go/half" && "$bin/half.test" -test.v) > "$tmp/half.log" 2>&1 || rc=1
+pass=$(grep -c -- "--- PASS" "$tmp/test.log")
+fail=$(grep -c -- "--- FAIL" "$tmp/test.log")
+skip=$(grep -c -- "--- SKIP" "$tmp/test.log")
 echo "go test (package fusednorm, tests + subtests): $pass passed, $fail failed, $skip skipped"
-grep -E -- "--- (FAIL|SKIP)" "$out/go-test.log" | head -20
-grep -B1 -- "--- SKIP" "$out/go-test.log" | grep -v -- "^--" | head -6 # the reasons
-if nvidia-smi -L 2>/dev/null | grep -q GPU && grep -q -- "^--- SKIP: TestGPU" "$out/go-test.log"; then
+grep -E -- "--- (FAIL|SKIP)" "$tmp/test.log" | head -20
+grep -B1 -- "--- SKIP" "$tmp/test.log" | grep -v -- "^--" | head -6 # the reasons
+if nvidia-smi -L 2>/dev/null | grep -q GPU && grep -q -- "^--- SKIP: TestGPU" "$tmp/test.log"; then
   echo "FAIL: GPU tests skipped on a machine with a GPU"
-  grep -- "^--- SKIP: TestGPU" "$out/go-test.log"
+  grep -- "^--- SKIP: TestGPU" "$tmp/test.log"
   rc=1
 fi
-grep -E "^(ok|FAIL|PASS)" "$out/go-half-test.log"
+echo "go test (package half): $(tail -1 "$tmp/half.log")"
 for ex in layernorm batchnorm; do
-  if "$bin/example-$ex" > "$out/go-example-$ex.log" 2>&1; then
-    echo "example $ex: OK: $(tail -1 "$out/go-example-$ex.log")"
+  if "$bin/example-$ex" > "$tmp/example-$ex.log" 2>&1; then
+    echo "example $ex: OK: $(tail -1 "$tmp/example-$ex.log")"
   else
-    echo "example $ex: FAILED: $(tail -3 "$out/go-example-$ex.log")"
+    echo "example $ex: FAILED: $(tail -3 "$tmp/example-$ex.log")"
     rc=1
   fi
 done
-echo "bindings-go (GPU): rc=$rc"
+for f in test half example-layernorm example-batchnorm; do
+  echo "==== $f"
+  cat "$tmp/$f.log"
+done > "$out/go-tests.log"
+echo "bindings-go (GPU): rc=$rc (log: $out/go-tests.log)"
 exit $rc
