@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -417,4 +418,31 @@ func TestNoDevice(t *testing.T) {
 		t.Fatalf("no message: %v", err)
 	}
 	t.Logf("NewHandle without a device: %v", err)
+}
+
+// Objects dropped without Close are destroyed by their runtime cleanup
+// (the safety net): many of them, collected, must not crash or leak into
+// objects still in use.
+func TestCleanupSafetyNet(t *testing.T) {
+	keep, err := NewTensor(Float16, []int64{3, 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	for range 2000 {
+		td, err := NewTensor(Float32, []int64{2, 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = td
+		nd, _ := NewNormDesc()
+		_ = nd
+		bd, _ := NewBatchNormDesc()
+		_ = bd
+	}
+	runtime.GC()
+	runtime.GC()
+	if dt, dims, _, err := keep.Get(); err != nil || dt != Float16 || fmt.Sprint(dims) != "[3 5]" {
+		t.Fatalf("a live descriptor changed after the collection: %v %v %v", dt, dims, err)
+	}
 }
