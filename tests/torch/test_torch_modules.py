@@ -114,35 +114,43 @@ class Norms(unittest.TestCase):
 
 class BatchNorms(unittest.TestCase):
     def case(self, cls, tcls, shape, dtype, channels_last, act, with_z, momentum, steps=3):
+        """ours in `dtype` against torch.nn in float32 on the same values (fp32
+        parameters and statistics in both). Not torch in fp16/bf16: torch rounds
+        bn(x) to the dtype before adding z, we add in fp32, so near v = 0 the
+        ReLU mask differs and a masked element's dx by a whole |dy| (seen on
+        the H200 for BN+Add+ReLU in fp16/bf16). Elements whose fp32
+        pre-activation lies within 1e-4 of its largest magnitude are left out of
+        the dx / dz comparisons for the same reason (the order of the fp32
+        additions differs)."""
         c = shape[1]
         mine, ref = twins(cls, tcls, c, momentum=momentum)
         mine.activation = act
         mf = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape)) if channels_last else None
         for step in range(steps):
-            x = torch.randn(shape, device=DEV, dtype=dtype) * 2 + 0.5
-            z = torch.randn(shape, device=DEV, dtype=dtype) if with_z else None
+            x = (torch.randn(shape, device=DEV) * 2 + 0.5).to(dtype)
+            z = torch.randn(shape, device=DEV).to(dtype) if with_z else None
             if mf is not None:
                 x = x.contiguous(memory_format=mf)
                 z = z.contiguous(memory_format=mf) if z is not None else None
-            x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+            x1, x2 = x.clone().requires_grad_(), x.float().requires_grad_()
             z1 = z.clone().requires_grad_() if z is not None else None
-            z2 = z.clone().requires_grad_() if z is not None else None
+            z2 = z.float().requires_grad_() if z is not None else None
             mine.zero_grad()
             ref.zero_grad()
             y1 = mine(x1, z1)
-            y2 = ref(x2)
+            v2 = ref(x2)
             if z2 is not None:
-                y2 = y2 + z2
-            if act:
-                y2 = F.relu(y2)
+                v2 = v2 + z2
+            y2 = F.relu(v2) if act else v2
             tag = f"{cls.__name__} {tuple(shape)} {dtype} cl={channels_last} act={act} z={with_z} m={momentum}"
             close(self, y1, y2, dtype, tag + " y")
-            dy = torch.randn_like(y2)
+            dy = torch.randn_like(y2).to(dtype)
             y1.backward(dy)
-            y2.backward(dy)
-            close(self, x1.grad, x2.grad, dtype, tag + " dx", scale=2)
+            y2.backward(dy.float())
+            keep = v2.detach().abs() > 1e-4 * v2.detach().abs().max() if act else torch.ones_like(v2, dtype=torch.bool)
+            close(self, x1.grad[keep], x2.grad[keep], dtype, tag + " dx", scale=2)
             if z is not None:
-                close(self, z1.grad, z2.grad, dtype, tag + " dz")
+                close(self, z1.grad[keep], z2.grad[keep], dtype, tag + " dz")
             close(self, mine.weight.grad, ref.weight.grad, dtype, tag + " dgamma", scale=4)
             close(self, mine.bias.grad, ref.bias.grad, dtype, tag + " dbeta", scale=4)
         close(self, mine.running_mean, ref.running_mean, torch.float32, tag + " running_mean", scale=10)
@@ -152,13 +160,13 @@ class BatchNorms(unittest.TestCase):
         mine.eval()
         ref.eval()
         with torch.no_grad():
-            x = torch.randn(shape, device=DEV, dtype=dtype)
-            z = torch.randn(shape, device=DEV, dtype=dtype) if with_z else None
-            y2 = ref(x) + (z if z is not None else 0)
+            x = torch.randn(shape, device=DEV).to(dtype)
+            z = torch.randn(shape, device=DEV).to(dtype) if with_z else None
+            y2 = ref(x.float()) + (z.float() if z is not None else 0)
             close(self, mine(x, z), F.relu(y2) if act else y2, dtype, tag + " eval y")
         # eval with gradients: torch's path (the library has no inference backward)
         xg = x.clone().requires_grad_()
-        mine(xg).sum().backward()
+        mine(xg).float().sum().backward()
         self.assertIsNotNone(xg.grad)
 
     def test_batchnorm(self):
