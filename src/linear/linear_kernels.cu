@@ -3,8 +3,8 @@
 // matters more here than the last few percent.
 #include <algorithm>
 
-#include "common.cuh"
-#include "linear_kernels.hpp"
+#include "core/device.cuh"
+#include "linear/linear_kernels.hpp"
 
 namespace fnorm {
 namespace {

@@ -11,7 +11,7 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
+#include "norm/norm.hpp"
 
 using namespace fnorm_test;
 
@@ -289,7 +289,8 @@ bool dtype_built(fnorm_dtype_t dtype) {
 fnorm::NormFwdPlan plan_fwd(const fnorm::RowView &v, const void *x, const void *y, const void *g,
                             const void *b, const fnorm::DeviceInfo &dev, bool rms = false) {
   const int pack = fnorm::choose_pack(v, {x, y}, {v.x_row_stride, v.y_row_stride}, {g, b}, false);
-  return fnorm::plan_norm_fwd(v, pack, dev, rms);
+  // No device: the planner stops before the occupancy-based hand-off.
+  return fnorm::plan_norm_fwd(v, pack, fnorm::LaunchContext{dev, nullptr, nullptr}, rms);
 }
 
 void test_plan() {
@@ -441,7 +442,7 @@ void test_plan() {
     }
     v.dtype = c.dtype;
     v.cols = c.cols;
-    const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, c.pack, dev);
+    const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd_tier(v, c.pack, dev);
     CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(c.tier));
     CHECK(bp.instance != nullptr && bp.instance->pack == c.pack && bp.instance->tier == c.tier);
     if (bp.tier == fnorm::Tier::BlockRegisters) {
@@ -456,15 +457,15 @@ void test_plan() {
     hopper.cc_major = 9;
     v.dtype = FNORM_DTYPE_FLOAT16;
     v.cols = 32768;
-    fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, 8, hopper);
+    fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd_tier(v, 8, hopper);
     CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
     CHECK_EQ(bp.cluster, 2);
     CHECK_EQ(bp.block_threads, 512);
     v.cols = 65536;
-    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd_tier(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
     v.rows = 1000;
     v.cols = 32768;
-    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd_tier(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
   }
   // Workspace layout: two 256-byte-aligned partial arrays, then row coefficients.
   v.rows = 1000;

@@ -10,7 +10,7 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
+#include "batchnorm/batchnorm.hpp"
 
 using namespace fnorm_test;
 

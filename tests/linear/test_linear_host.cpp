@@ -11,8 +11,8 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
-#include "linear_kernels.hpp"
+#include "core/handle.hpp"
+#include "linear/linear_kernels.hpp"
 
 using namespace fnorm_test;
 
