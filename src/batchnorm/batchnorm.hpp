@@ -41,7 +41,8 @@ struct BnView {
   int64_t n = 0, c = 0, spatial = 1;
   int64_t per_channel() const { return n * spatial; }
   int64_t elements() const { return shape.elements(); }
-  size_t bytes() const { return static_cast<size_t>(elements()) * dtype_size(dtype); }
+  size_t bytes = 0;      // the tensor's bytes (size_t-checked by bn_view)
+  size_t vec_bytes = 0;  // one fp32 value per channel (likewise)
 };
 
 // Validates a BatchNorm tensor descriptor and tells its layout. Throws

@@ -120,7 +120,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     c.reserve_bytes = reserve_bytes;
     check_workspace(handle, c);
     if (!c.local_empty) check_reserve(handle, c);
-    const size_t data = c.view.bytes(), vec = static_cast<size_t>(c.view.c) * 4;
+    const size_t data = c.view.bytes, vec = c.view.vec_bytes;
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
         sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},
         srm{"running_mean", running_mean, vec}, srv{"running_var", running_var, vec},
@@ -161,7 +161,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
     check_workspace(handle, c);
-    const size_t data = c.view.bytes();
+    const size_t data = c.view.bytes;
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
         sw{"workspace", workspace, workspace_bytes};
     require_disjoint(sy, {sx, sz, sw}, {"x", "z"});
@@ -213,7 +213,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     c.workspace_bytes = workspace_bytes;
     check_workspace(handle, c);
     if (!c.local_empty) check_reserve(handle, c);
-    const size_t data = c.view.bytes(), vec = static_cast<size_t>(c.view.c) * 4;
+    const size_t data = c.view.bytes, vec = c.view.vec_bytes;
     const Span sx{"x", x, data}, sdy{"dy", dy, data}, sdx{"dx", dx, data}, sdz{"dz", dz, data},
         sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},
         sdg{"dgamma", dgamma, vec}, sdb{"dbeta", dbeta, vec}, sm{"saved_mean", saved_mean, vec},

@@ -24,6 +24,7 @@ constexpr int64_t kMaxGridY = 65535;
 // over the column tiles (Columns) or channels (Segments).
 NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool sync) {
   NativePlan p;
+  const char *arg = "x_desc";  // every size here comes from x's dimensions
   const BnShape &s = v.shape;
   const int64_t most_blocks = static_cast<int64_t>(std::max(dev.sm_count, 1)) *
                               std::max(dev.max_threads_per_sm / 256, 1);
@@ -46,21 +47,24 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
       splits = std::min(ceil_div(most_blocks, min_tiles), s.rows);
     }
     p.max_splits = static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxGridY));
-    const size_t part = static_cast<size_t>(p.max_splits) * static_cast<size_t>(p.part_width) * 4;
+    const size_t part = checked_align_up(
+        checked_mul(checked_mul(static_cast<size_t>(p.max_splits), static_cast<size_t>(p.part_width), arg),
+                    sizeof(float), arg),
+        kAlign, arg);
     p.off_moment1 = off;
-    off += align_up(part, kAlign);
-    p.off_moment2 = off;
-    off += align_up(part, kAlign);
+    p.off_moment2 = part;
+    off = checked_mul(2, part, arg);
   }
-  const size_t vec = align_up(static_cast<size_t>(s.channels) * 4, kAlign);
+  const size_t vec = checked_align_up(v.vec_bytes, kAlign, arg);
   p.off_mean = off;
-  p.off_xmu_scale = off + vec;
-  p.off_shift = off + 2 * vec;
-  p.off_dy_scale = off + 3 * vec;
-  p.total = off + (pass == BnPass::Bwd ? 4 : 3) * vec;
+  p.off_xmu_scale = checked_add(off, vec, arg);
+  p.off_shift = checked_add(p.off_xmu_scale, vec, arg);
+  p.off_dy_scale = checked_add(p.off_shift, vec, arg);
+  p.total = pass == BnPass::Bwd ? checked_add(p.off_dy_scale, vec, arg) : p.off_dy_scale;
   if (sync && pass != BnPass::FwdInfer) {  // the all-reduced per-channel triples
     p.off_sync = p.total;
-    p.total += align_up(static_cast<size_t>(s.channels) * 3 * sizeof(double), kAlign);
+    const size_t triples = checked_mul(static_cast<size_t>(s.channels), 3 * sizeof(double), arg);
+    p.total = checked_add(p.total, checked_align_up(triples, kAlign, arg), arg);
   }
   return p;
 }
@@ -86,6 +90,7 @@ size_t workspace_for(fnorm_handle *h, const BnCall &c) {
 size_t reserve_for(fnorm_handle *h, const BnCall &c) {
   if (resolve_engine(h, c) == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_reserve_size(h, c);
   if (c.desc->epilogue == FNORM_BN_EPILOGUE_NONE) return 0;
+  // One bit per element: elements <= 2^63 keep this below 2^61 bytes.
   return static_cast<size_t>(ceil_div(c.view.elements(), 32)) * 4;
 }
 

@@ -38,6 +38,9 @@ BnView bn_view(const fnorm_tensor_desc *d, const char *arg) {
   v.n = d->dims[0];
   v.c = d->dims[1];
   for (int32_t i = 2; i < d->rank; ++i) v.spatial *= d->dims[i];
+  // (fnorm_tensor_desc_set keeps N * C * spatial within int64.)
+  v.bytes = checked_mul(static_cast<size_t>(v.n * v.c * v.spatial), dtype_size(v.dtype), arg);
+  v.vec_bytes = checked_mul(static_cast<size_t>(v.c), sizeof(float), arg);
   int32_t nchw[FNORM_MAX_RANK], nhwc[FNORM_MAX_RANK];
   for (int32_t i = 0; i < d->rank; ++i) nchw[i] = i;
   nhwc[0] = 0;  // N, spatial..., C (fastest)

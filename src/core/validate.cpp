@@ -72,10 +72,34 @@ void require_disjoint_rows(const RowLayout &l, const char *arg, bool output) {
                 output ? "" : "; overlapping input rows are not supported");
 }
 
-uint64_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes) {
-  return (static_cast<uint64_t>(rows - 1) * static_cast<uint64_t>(row_stride) +
-          static_cast<uint64_t>(cols)) *
-         elem_bytes;
+namespace {
+[[noreturn]] void fail_overflow(const char *arg, size_t a, const char *op, size_t b) {
+  fail(FNORM_STATUS_BAD_PARAM_SHAPE,
+       "argument '%s': the sizes it describes overflow size_t (%zu %s %zu); no buffer of that size "
+       "can exist",
+       arg, a, op, b);
+}
+}  // namespace
+
+size_t checked_mul(size_t a, size_t b, const char *arg) {
+  size_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail_overflow(arg, a, "*", b);
+  return r;
+}
+
+size_t checked_add(size_t a, size_t b, const char *arg) {
+  size_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail_overflow(arg, a, "+", b);
+  return r;
+}
+
+size_t checked_align_up(size_t n, size_t to, const char *arg) {
+  return checked_add(n, to - 1, arg) / to * to;
+}
+
+size_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes, const char *arg) {
+  const size_t last_row = checked_mul(static_cast<size_t>(rows - 1), static_cast<size_t>(row_stride), arg);
+  return checked_mul(checked_add(last_row, static_cast<size_t>(cols), arg), elem_bytes, arg);
 }
 
 namespace {

@@ -37,9 +37,19 @@ RowLayout packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg)
 // NOT_SUPPORTED.
 void require_disjoint_rows(const RowLayout &l, const char *arg, bool output);
 
+// Overflow-checked size arithmetic. Every size computed from user
+// dimensions (size queries, workspace layouts, tensor extents) goes through
+// these: a result that does not fit in size_t is refused with
+// BAD_PARAM_SHAPE naming `arg`, never wrapped around.
+size_t checked_mul(size_t a, size_t b, const char *arg);
+size_t checked_add(size_t a, size_t b, const char *arg);
+size_t checked_align_up(size_t n, size_t to, const char *arg);
+
 // Bytes from the first element to one past the last of `rows` rows of
-// `cols` elements `row_stride` apart.
-uint64_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes);
+// `cols` elements `row_stride` apart (checked, naming `arg`). A tensor whose
+// extent fits in size_t has every element offset below 2^63 elements, so the
+// kernels' int64 row * stride + col index math stays in range.
+size_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes, const char *arg);
 
 // A region of memory, for the overlap check. Two regions are "the same
 // tensor" when they start at the same address with the same row stride.

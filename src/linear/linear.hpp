@@ -157,9 +157,11 @@ const char *linear_epilogue_name(fnorm_linear_epilogue_t e);
 LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
                             const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc,
                             const char *y_arg, bool y_is_output);
-// Bytes a matrix view spans from its first element.
-uint64_t matrix_bytes(const Matrix &v, fnorm_dtype_t t);
-uint64_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols);
+// Bytes a matrix view spans from its first element (size_t-checked, naming
+// `arg`).
+size_t matrix_bytes(const Matrix &v, fnorm_dtype_t t, const char *arg);
+// Bytes of the aux buffer of `act` for a [rows, cols] output (checked).
+size_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols, const char *arg);
 bool epilogue_vector_ok(const void *p);
 bool bgrad_shape_ok(const GemmKey &k);
 void require_aux(const void *aux, size_t bytes, uint64_t need, const char *arg, const char *bytes_arg);

@@ -31,7 +31,7 @@ void check_bwd_call(const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
   if (c.dx != nullptr) FNORM_REQUIRE(c.w != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'w' is NULL");
   FNORM_REQUIRE(c.db == nullptr || has_bias(epi), FNORM_STATUS_BAD_PARAM,
                 "argument 'db' must be NULL: epilogue NONE has no bias");
-  const uint64_t aux_need = aux_bytes_for(c.act, p.dtype, p.m, p.n);
+  const size_t aux_need = aux_bytes_for(c.act, p.dtype, p.m, p.n, "dy_desc");
   if (c.act != LinearAct::None) {
     if (c.wanted()) {
       FNORM_REQUIRE(c.aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
@@ -43,7 +43,7 @@ void check_bwd_call(const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
     FNORM_REQUIRE(c.aux == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'aux' must be NULL: epilogue %s has no activation",
                   linear_epilogue_name(epi));
   }
-  const uint64_t x_aux_need = aux_bytes_for(c.prod_act, p.dtype, p.m, p.k);
+  const size_t x_aux_need = aux_bytes_for(c.prod_act, p.dtype, p.m, p.k, "x_desc");
   if (c.chained()) {
     FNORM_REQUIRE(c.dx != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
                   "argument 'dx' is NULL; with x_producer the call exists to compute dx");
@@ -55,12 +55,13 @@ void check_bwd_call(const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
                   "arguments 'x_aux', 'x_aux_bytes' and 'x_db' must be NULL / 0 without x_producer");
   }
   const size_t es = dtype_size(p.dtype);
-  const uint64_t n_bytes = static_cast<uint64_t>(p.n) * es, k_bytes = static_cast<uint64_t>(p.k) * es;
-  const Span rx{"x", c.x, matrix_bytes(p.x, p.dtype)}, rw{"w", c.w, matrix_bytes(p.w, p.dtype)},
-      rdy{"dy", c.dy, matrix_bytes(p.y, p.dtype)}, raux{"aux", c.aux, aux_need},
+  const size_t n_bytes = checked_mul(static_cast<size_t>(p.n), es, "w_desc"),
+               k_bytes = checked_mul(static_cast<size_t>(p.k), es, "x_desc");
+  const Span rx{"x", c.x, matrix_bytes(p.x, p.dtype, "x_desc")}, rw{"w", c.w, matrix_bytes(p.w, p.dtype, "w_desc")},
+      rdy{"dy", c.dy, matrix_bytes(p.y, p.dtype, "dy_desc")}, raux{"aux", c.aux, aux_need},
       rxaux{"x_aux", c.x_aux, x_aux_need},
-      rdx{"dx", c.dx, c.dx != nullptr ? matrix_bytes(c.dxm, p.dtype) : 0},
-      rdw{"dw", c.dw, matrix_bytes(p.w, p.dtype)}, rdb{"db", c.db, n_bytes}, rxdb{"x_db", c.x_db, k_bytes};
+      rdx{"dx", c.dx, c.dx != nullptr ? matrix_bytes(c.dxm, p.dtype, "dx_desc") : 0},
+      rdw{"dw", c.dw, matrix_bytes(p.w, p.dtype, "w_desc")}, rdb{"db", c.db, n_bytes}, rxdb{"x_db", c.x_db, k_bytes};
   for (const Span &out : {rdx, rdw, rdb, rxdb}) require_disjoint(out, {rx, rw, rdy, raux, rxaux});
   require_disjoint(rdx, {rdw, rdb, rxdb});
   require_disjoint(rdw, {rdb, rxdb});

@@ -49,7 +49,7 @@ FNORM_API fnorm_status_t fnorm_linear_aux_size(fnorm_handle_t handle, fnorm_line
     const fnorm_tensor_desc &y = require_set(y_desc, "y_desc");
     int64_t rows = 1;
     for (int32_t i = 0; i + 1 < y.rank; ++i) rows *= y.dims[i];
-    *aux_bytes = static_cast<size_t>(aux_bytes_for(act_of(desc->epilogue), y.dtype, rows, y.dims[y.rank - 1]));
+    *aux_bytes = aux_bytes_for(act_of(desc->epilogue), y.dtype, rows, y.dims[y.rank - 1], "y_desc");
   });
 }
 

@@ -22,7 +22,7 @@ void check_fwd_call(const LinearProblem &p, const void *x, const void *w, const 
     FNORM_REQUIRE(bias == nullptr, FNORM_STATUS_BAD_PARAM,
                   "argument 'bias' must be NULL: epilogue NONE adds no bias");
   }
-  const uint64_t aux_need = aux_bytes_for(act, p.dtype, p.m, p.n);
+  const size_t aux_need = aux_bytes_for(act, p.dtype, p.m, p.n, "y_desc");
   if (act == LinearAct::None) {
     FNORM_REQUIRE(aux == nullptr, FNORM_STATUS_BAD_PARAM,
                   "argument 'aux' must be NULL: epilogue %s has no activation to save",
@@ -30,10 +30,10 @@ void check_fwd_call(const LinearProblem &p, const void *x, const void *w, const 
   } else if (aux != nullptr) {
     require_aux(aux, aux_bytes, aux_need, "aux", "aux_bytes");
   }
-  const uint64_t bias_bytes = static_cast<uint64_t>(p.n) * dtype_size(p.dtype);
-  const Span sx{"x", x, matrix_bytes(p.x, p.dtype)}, sw{"w", w, matrix_bytes(p.w, p.dtype)},
+  const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
+  const Span sx{"x", x, matrix_bytes(p.x, p.dtype, "x_desc")}, sw{"w", w, matrix_bytes(p.w, p.dtype, "w_desc")},
       sb{"bias", bias, bias_bytes}, saux{"aux", aux, aux_need};
-  require_disjoint({"y", y, matrix_bytes(p.y, p.dtype)}, {sx, sw, sb, saux});
+  require_disjoint({"y", y, matrix_bytes(p.y, p.dtype, "y_desc")}, {sx, sw, sb, saux});
   require_disjoint(saux, {sx, sw, sb});
 }
 

@@ -61,17 +61,19 @@ LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_de
   return p;
 }
 
-// Bytes a matrix view spans from its first element.
-uint64_t matrix_bytes(const Matrix &v, fnorm_dtype_t t) { return span_bytes(v.rows, v.cols, v.ld, dtype_size(t)); }
+size_t matrix_bytes(const Matrix &v, fnorm_dtype_t t, const char *arg) {
+  return span_bytes(v.rows, v.cols, v.ld, dtype_size(t), arg);
+}
 
-uint64_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols) {
-  const uint64_t ld = static_cast<uint64_t>(linear_aux_ld(act, cols));
-  switch (act) {
-    case LinearAct::Relu: return static_cast<uint64_t>(rows) * (ld / 8);
-    case LinearAct::Gelu: return static_cast<uint64_t>(rows) * ld * dtype_size(t);
-    case LinearAct::None: return 0;
-  }
-  return 0;
+size_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols, const char *arg) {
+  if (act == LinearAct::None) return 0;
+  // linear_aux_ld rounds cols up to 128 (bits) or 8 (elements) in int64.
+  FNORM_REQUIRE(cols <= INT64_MAX - 128, FNORM_STATUS_BAD_PARAM_SHAPE,
+                "argument '%s': %lld columns overflow the aux buffer's leading dimension", arg,
+                static_cast<long long>(cols));
+  const size_t ld = static_cast<size_t>(linear_aux_ld(act, cols));
+  if (act == LinearAct::Relu) return checked_mul(static_cast<size_t>(rows), ld / 8, arg);
+  return checked_mul(checked_mul(static_cast<size_t>(rows), ld, arg), dtype_size(t), arg);
 }
 
 // cuBLASLt's alignment preferences cover A, B, C and D but not the

@@ -1,4 +1,5 @@
 // The normalization descriptor API (fnorm_norm_desc_*).
+#include <cfloat>
 #include <cmath>
 
 #include "norm/norm.hpp"
@@ -20,6 +21,11 @@ FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_
                   static_cast<int>(mode));
     FNORM_REQUIRE(std::isfinite(epsilon) && epsilon >= 0.0, FNORM_STATUS_BAD_PARAM,
                   "argument 'epsilon' is %g; it must be finite and >= 0", epsilon);
+    // The kernels add epsilon in fp32: the header promises the refusal here,
+    // not at the first size query or launch.
+    FNORM_REQUIRE(epsilon <= FLT_MAX, FNORM_STATUS_BAD_PARAM,
+                  "argument 'epsilon' is %g; it is not representable in fp32 (max %g)", epsilon,
+                  static_cast<double>(FLT_MAX));
     FNORM_REQUIRE(begin_norm_axis >= -FNORM_MAX_RANK && begin_norm_axis < FNORM_MAX_RANK,
                   FNORM_STATUS_BAD_PARAM,
                   "argument 'begin_norm_axis' is %d; it must be in %d..%d", begin_norm_axis,

@@ -187,13 +187,14 @@ NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &
 }
 
 BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_partials, bool coef) {
-  auto round_up = [](size_t n) { return align_up(n, 256); };
+  const char *arg = "x_desc";  // every size here comes from x's dimensions
+  auto region = [&](size_t count, size_t per) { return checked_align_up(checked_mul(count, per, arg), 256, arg); };
   BwdWorkspace w;
-  const size_t part = want_partials ? round_up(static_cast<size_t>(partials) * v.cols * sizeof(float)) : 0;
+  const size_t part = want_partials ? region(checked_mul(static_cast<size_t>(partials), static_cast<size_t>(v.cols), arg), sizeof(float)) : 0;
   w.dgamma_offset = 0;
   w.dbeta_offset = part;
-  w.coef_offset = 2 * part;
-  w.bytes = 2 * part + (coef ? round_up(static_cast<size_t>(v.rows) * 2 * sizeof(float)) : 0);
+  w.coef_offset = checked_mul(2, part, arg);
+  w.bytes = checked_add(w.coef_offset, coef ? region(static_cast<size_t>(v.rows), 2 * sizeof(float)) : 0, arg);
   return w;
 }
 

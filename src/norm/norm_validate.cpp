@@ -103,7 +103,7 @@ int choose_pack(const RowView &v, std::initializer_list<const void *> data,
 }
 
 Span row_span(const char *name, const void *p, const RowView &v, int64_t row_stride) {
-  return {name, p, p == nullptr ? 0 : span_bytes(v.rows, v.cols, row_stride, dtype_size(v.dtype)),
+  return {name, p, p == nullptr ? 0 : span_bytes(v.rows, v.cols, row_stride, dtype_size(v.dtype), name),
           row_stride};
 }
 
