@@ -2,6 +2,7 @@
 // (bn_plan.cpp), run on the chosen engine (bn_native.cpp,
 // bn_cudnn_engine.cpp).
 #include "batchnorm/batchnorm.hpp"
+#include "core/pointer_check.hpp"
 
 namespace fnorm {
 namespace {
@@ -131,6 +132,8 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     require_disjoint(srv, {ssm, ssi, sw});
     require_disjoint(ssm, {ssi, sw});
     require_disjoint(ssi, {sw});
+    require_device_memory(handle, {sx, sz, sy, sr, sw, srm, srv, ssm, ssi, {"gamma", gamma, vec},
+                                   {"beta", beta, vec}, {"num_batches_tracked", num_batches_tracked, 8}});
     launch(handle, stream, c);
   });
 }
@@ -165,6 +168,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
         sw{"workspace", workspace, workspace_bytes};
     require_disjoint(sy, {sx, sz, sw}, {"x", "z"});
+    const size_t vec = c.view.vec_bytes;
+    require_device_memory(handle, {sx, sz, sy, sw, {"gamma", gamma, vec}, {"beta", beta, vec},
+                                   {"running_mean", running_mean, vec}, {"running_var", running_var, vec}});
     launch(handle, stream, c);
   });
 }
@@ -224,6 +230,8 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     require_disjoint(sdg, {sdb, sw, sm, si, sg, sx, sdy, sr});
     require_disjoint(sdb, {sw, sm, si, sg, sx, sdy, sr});
     require_disjoint(sw, {sx, sdy, sr, sm, si, sg});
+    require_device_memory(handle, {sx, sdy, sdx, sdz, sr, sw, sdg, sdb, sm, si, sg, {"beta", beta, vec},
+                                   {"y", y, data}});
     launch(handle, stream, c);
   });
 }

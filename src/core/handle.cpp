@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "core/handle.hpp"
+#include "core/pointer_check.hpp"
 
 namespace fnorm {
 
@@ -34,6 +35,7 @@ FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle) {
     h->info.max_smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
     h->info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
     h->info.cc_major = prop.major;
+    h->check_pointers = fnorm::checked_mode_from_env();
     *handle = h.release();
   });
 }

@@ -52,6 +52,7 @@ struct fnorm_handle {
   std::mutex lazy_mutex;                  // guards creation of the states below
   fnorm::LinearState *linear = nullptr;   // owned; see linear_state_destroy
   fnorm::CudnnState *cudnn = nullptr;     // owned; see cudnn_state_destroy
+  bool check_pointers = false;            // checked mode (core/pointer_check.hpp)
   ~fnorm_handle() {
     fnorm::linear_state_destroy(linear);
     fnorm::cudnn_state_destroy(cudnn);

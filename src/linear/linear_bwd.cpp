@@ -3,6 +3,7 @@
 // derivative), then launch: dz and the unfused bias gradient, wgrad, dgrad.
 // Every check and every cuBLASLt heuristic answer comes before the first
 // launch, so a refused call writes nothing.
+#include "core/pointer_check.hpp"
 #include "linear/linear.hpp"
 
 #if FNORM_HAVE_CUBLASLT
@@ -23,7 +24,7 @@ struct BwdCall {
 };
 
 // Pointer rules, aux sizes and overlaps of a backward call.
-void check_bwd_call(const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
+void check_bwd_call(const fnorm_handle *h, const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
   const LinearProblem &p = c.p;
   const fnorm_linear_epilogue_t epi = p.desc->epilogue;
   if (c.wanted()) FNORM_REQUIRE(c.dy != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'dy' is NULL");
@@ -66,6 +67,7 @@ void check_bwd_call(const BwdCall &c, size_t aux_bytes, size_t x_aux_bytes) {
   require_disjoint(rdx, {rdw, rdb, rxdb});
   require_disjoint(rdw, {rdb, rxdb});
   require_disjoint(rdb, {rxdb});
+  require_device_memory(h, {rx, rw, rdy, raux, rxaux, rdx, rdw, rdb, rxdb});
 }
 
 // dw (+ db): KN: dw^T (n x k) = dz^T (n x m) * x (m x k), db from A (BGRADA);
@@ -203,9 +205,10 @@ FNORM_API fnorm_status_t fnorm_linear_bwd(fnorm_handle_t handle, fnorm_stream_t 
     }
     c.x = x, c.w = w, c.dy = dy, c.aux = aux, c.x_aux = x_aux;
     c.dx = dx, c.dw = dw, c.db = db, c.x_db = x_db;
-    check_bwd_call(c, aux_bytes, x_aux_bytes);
+    check_bwd_call(handle, c, aux_bytes, x_aux_bytes);
     const BwdLayout layout = bwd_layout(c.p, c.chained(), handle->info.sm_count);
     require_workspace(workspace, workspace_bytes, layout.bytes, "fnorm_linear_bwd_workspace_size", 1);
+    require_device_memory(handle, {{"workspace", workspace, workspace_bytes}});
     if (!c.wanted()) return;
 
     DeviceGuard guard(handle->device);

@@ -1,5 +1,6 @@
 // Fully-connected forward: y = act(x W + bias) through cuBLASLt's fused
 // epilogue, or the plain GEMM and our epilogue kernel where cuBLASLt has none.
+#include "core/pointer_check.hpp"
 #include "linear/linear.hpp"
 
 #if FNORM_HAVE_CUBLASLT
@@ -8,7 +9,7 @@ namespace fnorm {
 namespace {
 
 // Pointer rules, the aux buffer and overlaps of a forward call.
-void check_fwd_call(const LinearProblem &p, const void *x, const void *w, const void *bias, const void *y,
+void check_fwd_call(const fnorm_handle *h, const LinearProblem &p, const void *x, const void *w, const void *bias, const void *y,
                     const void *aux, size_t aux_bytes) {
   FNORM_REQUIRE_NOT_NULL(x);
   FNORM_REQUIRE_NOT_NULL(w);
@@ -33,8 +34,10 @@ void check_fwd_call(const LinearProblem &p, const void *x, const void *w, const 
   const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
   const Span sx{"x", x, matrix_bytes(p.x, p.dtype, "x_desc")}, sw{"w", w, matrix_bytes(p.w, p.dtype, "w_desc")},
       sb{"bias", bias, bias_bytes}, saux{"aux", aux, aux_need};
-  require_disjoint({"y", y, matrix_bytes(p.y, p.dtype, "y_desc")}, {sx, sw, sb, saux});
+  const Span sy{"y", y, matrix_bytes(p.y, p.dtype, "y_desc")};
+  require_disjoint(sy, {sx, sw, sb, saux});
   require_disjoint(saux, {sx, sw, sb});
+  require_device_memory(h, {sx, sw, sb, saux, sy});
 }
 
 // y^T (n x m) = op(W) (n x k) * x^T (k x m), with cuBLASLt's epilogue for
@@ -100,8 +103,9 @@ FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t 
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
     const LinearProblem p = check_problem(desc, x_desc, w_desc, y_desc, "y_desc", true);
-    check_fwd_call(p, x, w, bias, y, aux, aux_bytes);
+    check_fwd_call(handle, p, x, w, bias, y, aux, aux_bytes);
     require_workspace(workspace, workspace_bytes, kAlignSlack + kCublasWorkspace, "fnorm_linear_fwd_workspace_size", 1);
+    require_device_memory(handle, {{"workspace", workspace, workspace_bytes}});
 
     DeviceGuard guard(handle->device);
     LinearState &s = state_of(handle);

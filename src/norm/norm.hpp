@@ -64,6 +64,10 @@ int choose_pack(const RowView &v, std::initializer_list<const void *> data,
 // A [rows, cols] tensor of the view at `p` with `row_stride`, for the
 // overlap check.
 Span row_span(const char *name, const void *p, const RowView &v, int64_t row_stride);
+// Bytes of gamma / beta (and dgamma / dbeta): cols values of fp32 when
+// `param_f32`, else of x's dtype. Bytes of mean / rstd: rows fp32 values.
+size_t param_vector_bytes(const RowView &v, bool param_f32);
+size_t row_stat_bytes(const RowView &v);
 
 // ---- plan (norm_plan.cpp) -----------------------------------------------------
 

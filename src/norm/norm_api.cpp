@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/column_sums.hpp"
+#include "core/pointer_check.hpp"
 #include "norm/norm.hpp"
 
 extern "C" {
@@ -50,6 +51,9 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
     require_disjoint(rs, {rx, rr}, {"x", "residual"});
     (void)workspace;
     (void)workspace_bytes;  // the size query answers 0 for every forward
+    const size_t param_bytes = param_vector_bytes(v, param_f32), stat_bytes = row_stat_bytes(v);
+    require_device_memory(handle, {rx, rr, rs, ry, {"gamma", gamma, param_bytes}, {"beta", beta, param_bytes},
+                                   {"mean", mean, stat_bytes}, {"rstd", rstd, stat_bytes}});
 
     DeviceGuard guard(handle->device);
     const LaunchContext ctx = launch_context(handle, stream);
@@ -129,6 +133,10 @@ FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t st
     const Span rx = row_span("x", x, v, v.x_row_stride), rdy = row_span("dy", dy, v, v.y_row_stride),
                rds = row_span("dsum", dsum, v, v.y_row_stride), rdx = row_span("dx", dx, v, v.dx_row_stride);
     require_disjoint(rdx, {rx, rdy, rds}, {"dy", "dsum"});
+    const size_t param_bytes = param_vector_bytes(v, param_f32), stat_bytes = row_stat_bytes(v);
+    require_device_memory(handle, {rx, rdy, rds, rdx, {"gamma", gamma, param_bytes}, {"mean", mean, stat_bytes},
+                                   {"rstd", rstd, stat_bytes}, {"dgamma", dgamma, param_bytes},
+                                   {"dbeta", dbeta, param_bytes}, {"workspace", workspace, workspace_bytes}});
 
     DeviceGuard guard(handle->device);
     const int pack = choose_pack(v, {x, dy, dx, dsum}, {v.x_row_stride, v.y_row_stride, v.dx_row_stride},

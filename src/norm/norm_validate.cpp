@@ -107,4 +107,12 @@ Span row_span(const char *name, const void *p, const RowView &v, int64_t row_str
           row_stride};
 }
 
+size_t param_vector_bytes(const RowView &v, bool param_f32) {
+  return checked_mul(static_cast<size_t>(v.cols), param_f32 ? sizeof(float) : dtype_size(v.dtype), "w_desc");
+}
+
+size_t row_stat_bytes(const RowView &v) {
+  return checked_mul(static_cast<size_t>(v.rows), sizeof(float), "x_desc");
+}
+
 }  // namespace fnorm
