@@ -14,6 +14,15 @@
  *    properties and kernels' occupancy); they enqueue nothing and never
  *    synchronize.
  *  - Optional inputs and outputs are NULL-able where documented.
+ *  - Sizes are overflow-checked: a shape whose byte counts (tensor extents,
+ *    workspace, aux or reserve space) do not fit in size_t is refused with
+ *    FNORM_STATUS_BAD_PARAM_SHAPE naming the argument.
+ *  - Device pointers are not inspected by default: a launch checks their
+ *    alignment, NULL-ness and overlaps, not what memory they point to. A host
+ *    pointer (or a buffer smaller than its descriptor) passed as device data
+ *    makes the kernel fault, which poisons the CUDA context of the whole
+ *    process. Checked mode (FNORM_CHECK_POINTERS, see fnorm_create) verifies
+ *    every pointer first.
  *  - Handles and descriptors are opaque; destroy functions accept NULL.
  *
  * This header includes no CUDA header: `fnorm_stream_t` is the type that
@@ -130,6 +139,17 @@ FNORM_API size_t fnorm_get_last_error_message(char *buf, size_t size);
  *  the caller's current device as it was.
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (handle NULL); NO_DEVICE (no
  *  driver or device: *handle is left unchanged); CUDA_ERROR; ALLOC_FAILED.
+ *  Checked mode: when the environment variable FNORM_CHECK_POINTERS is set
+ *  (to anything but "" or "0") at fnorm_create, every launch made with this
+ *  handle first asks CUDA (cudaPointerGetAttributes) about each non-NULL
+ *  pointer it is given: it must be device memory of the handle's device,
+ *  managed memory, or mapped pinned host memory, and where the driver can
+ *  tell the allocation's extent (cuMemGetAddressRange), the allocation must
+ *  hold the bytes the descriptors (or workspace_bytes, aux_bytes,
+ *  reserve_bytes) say from the pointer on. Otherwise the launch returns
+ *  FNORM_STATUS_BAD_PARAM naming the argument and enqueues nothing. The
+ *  checks cost a few microseconds of host time per pointer: a debugging aid,
+ *  off by default. Without it, such a pointer makes the kernel fault.
  *  Thread-safety: a handle may be used by several threads at once: it holds
  *  only immutable device properties and an internally locked cache. */
 FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle);

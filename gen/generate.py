@@ -4,6 +4,7 @@
 Usage:
   generate.py --outdir DIR [--dtypes f32,f16,bf16]   write the sources
   generate.py --list [--dtypes ...]                   print output file names
+  generate.py --depends                               print the files the output depends on
 
 Outputs go to the build directory only. A file is rewritten only when its
 text changes, so ninja recompiles only what a change touched.
@@ -44,7 +45,26 @@ def outputs(dtypes) -> dict[str, tuple[str, dict]]:
             if group:
                 files[f"{op}_{dt}.cu"] = (template, {"instances": group, "dtype": dt})
     files["dispatch_table.cpp"] = ("dispatch_table.cpp.jinja", {"instances": insts})
+    files[CONFIG_HEADER] = ("kernel_config.hpp.jinja", config_context())
     return files
+
+
+# The header of the constants the runtime and the instance list share.
+CONFIG_HEADER = "kernel_config.hpp"
+
+
+def config_context() -> dict:
+    tiers = [{"enum": enum, "doc": doc} for enum, doc in inst_mod.TIER_TABLE.values()]
+    return {"tiers": tiers, "constants": inst_mod.config_constants()}
+
+
+def depends() -> list[str]:
+    """Every file the output is rendered from: the generator's modules and
+    every template (Meson re-runs the generator when one changes)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.join(here, "generate.py"), os.path.join(here, "instances.py")]
+    files += sorted(os.path.join(TEMPLATE_DIR, t) for t in os.listdir(TEMPLATE_DIR) if t.endswith(".jinja"))
+    return [os.path.normpath(f) for f in files]
 
 
 def write_if_changed(path: str, text: str) -> bool:
@@ -87,7 +107,11 @@ def main(argv=None) -> int:
     ap.add_argument("--outdir")
     ap.add_argument("--dtypes", default=",".join(inst_mod.DTYPES))
     ap.add_argument("--list", action="store_true", help="print the output file names and exit")
+    ap.add_argument("--depends", action="store_true", help="print the files the output is rendered from")
     args = ap.parse_args(argv)
+    if args.depends:
+        print("\n".join(depends()))
+        return 0
     dtypes = parse_dtypes(args.dtypes)
     if args.list:
         print("\n".join(outputs(dtypes)))

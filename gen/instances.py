@@ -16,7 +16,15 @@ DTYPES = {
     "bf16": ("__nv_bfloat16", "FNORM_DTYPE_BFLOAT16", 2),
 }
 
-# Kernel tiers, in the order of fnorm::Tier (src/kernels/params.hpp).
+# Kernel tiers: generator name -> (fnorm::Tier enumerator, what it is). The
+# enum itself is emitted from this table (kernel_config.hpp), in this order.
+TIER_TABLE = {
+    "warp": ("Warp", "a group of 1..32 lanes per row, the row in registers"),
+    "smem": ("BlockSmem", "one block per row, the row cached in shared memory"),
+    "uncached": ("BlockUncached", "one block per row, x read twice (second time mostly from L2)"),
+    "block": ("BlockRegisters", "one block (or cluster) per row, the row in registers"),
+    "tiled": ("ColumnTiled", "backward fallback: row coefficients, then column tiles"),
+}
 TIERS = ("warp", "smem", "uncached", "block")  # forward
 BWD_TIERS = ("warp", "block", "tiled")
 
@@ -53,9 +61,7 @@ class Instance:
 
     @property
     def tier_enum(self) -> str:
-        return {"warp": "Tier::Warp", "smem": "Tier::BlockSmem",
-                "uncached": "Tier::BlockUncached", "block": "Tier::BlockRegisters",
-                "tiled": "Tier::ColumnTiled", "all": "0"}[self.tier]
+        return "0" if self.tier == "all" else f"Tier::{TIER_TABLE[self.tier][0]}"
 
     @property
     def name(self) -> str:
@@ -89,7 +95,8 @@ def warp_npacks(dtype: str, pack: int) -> list[int]:
 
 # The register tiers aim at this many packs per thread: four independent
 # 16-byte loads in flight per thread before the first reduction (fewer left
-# the H200 latency-bound at 60% of copy bandwidth, 2026-11-22).
+# the H200 latency-bound at 60% of copy bandwidth, 2026-11-22). The runtime's
+# planner reads it from kernel_config.hpp (kTargetNpack).
 TARGET_NPACK = 4
 
 # Block-register tier: packs per thread. NPACK * PACK <= 32 keeps 1024-thread
@@ -158,6 +165,21 @@ OPS = {
     "norm_bwd": (norm_bwd_instances, "norm_bwd.cu.jinja"),
     "batchnorm": (batchnorm_instances, "batchnorm.cu.jinja"),
 }
+
+
+# The constants the runtime shares with this file, emitted into
+# kernel_config.hpp: name -> (value, what it means). Nothing restates them.
+def config_constants() -> dict[str, tuple[int, str]]:
+    return {
+        "kMaxPackBytes": (MAX_PACK_BYTES, "widest access per thread, in bytes (one LDG.128 / STG.128)"),
+        "kTargetNpack": (TARGET_NPACK, "packs per thread the register tiers aim at"),
+        "kWarpMaxElemsPerThread": (WARP_MAX_ELEMS_PER_THREAD,
+                                   "forward register tiers: fp32 values a thread holds at most"),
+        "kBwdMaxElemsPerThread": (BWD_MAX_ELEMS_PER_THREAD,
+                                  "backward register tiers: values (two accumulators each) a thread owns at most"),
+        "kBwdWarpMaxBytesPerThread": (BWD_WARP_MAX_BYTES_PER_THREAD,
+                                      "backward warp tier: bytes of each of x and dy a thread stages at most"),
+    }
 
 
 def all_instances(dtypes=None) -> list[Instance]:

@@ -3,8 +3,8 @@
 // matters more here than the last few percent.
 #include <algorithm>
 
-#include "common.cuh"
-#include "linear_kernels.hpp"
+#include "core/device.cuh"
+#include "linear/linear_kernels.hpp"
 
 namespace fnorm {
 namespace {
@@ -206,7 +206,7 @@ int linear_colsum_splits(int64_t rows, int64_t cols, int sm_count) {
   // threads) ran dy -> dz of 8192 x 1024 fp16 in ~25 us, a third of the
   // copy bandwidth (H200, 2026-11-22): aim at 8 blocks of 256 threads per
   // SM, each row slice at least 16 rows (two per row lane).
-  const int64_t col_blocks = (cols + kTileCols - 1) / kTileCols;
+  const int64_t col_blocks = cols / kTileCols + (cols % kTileCols != 0);  // no cols + 31 overflow
   const int64_t want = (8 * int64_t{std::max(sm_count, 1)} + col_blocks - 1) / col_blocks;
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(512, rows / 16));
   return static_cast<int>(std::max<int64_t>(1, std::min(want, most)));

@@ -33,7 +33,7 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
 // for LinearAct::None). dz may be null (not written) or the very same
 // buffer as dy (in place); with partial non-null, the column sums of dz in
 // fp32 of the `splits` row slices go to partial[s * cols + c] (reduce them
-// with launch_norm_bwd_reduce).
+// with launch_column_sums, core/column_sums.hpp).
 cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
                                   const void *aux, void *dz, int64_t lddz, int64_t rows,
                                   int64_t cols, float *partial, int splits, cudaStream_t stream);

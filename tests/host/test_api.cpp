@@ -3,6 +3,8 @@
 // White-box: links the library's objects to reach the planner and to build a
 // handle without a device.
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,7 +13,7 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
+#include "norm/norm.hpp"
 
 using namespace fnorm_test;
 
@@ -120,6 +122,19 @@ void test_norm_desc() {
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, -1.0), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("'epsilon'"));
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, NAN), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, INFINITY), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'epsilon'"));
+  // Not representable in fp32 (the kernels add epsilon in fp32): refused
+  // here, as the header says, not at the first size query or launch; the
+  // descriptor keeps its previous value.
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, 1e300), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("'epsilon'"));
+  CHECK(last_error_mentions("fp32"));
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, 1e39), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_desc_get(n.d, nullptr, nullptr, &eps), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(eps, 1e-5);
+  CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -1, static_cast<double>(FLT_MAX)),
+               FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_norm_desc_set(n.d, static_cast<fnorm_norm_mode_t>(9), -1, 1e-5), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("'mode'"));
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_RMSNORM, -1, 1e-5), FNORM_STATUS_SUCCESS);
@@ -289,7 +304,8 @@ bool dtype_built(fnorm_dtype_t dtype) {
 fnorm::NormFwdPlan plan_fwd(const fnorm::RowView &v, const void *x, const void *y, const void *g,
                             const void *b, const fnorm::DeviceInfo &dev, bool rms = false) {
   const int pack = fnorm::choose_pack(v, {x, y}, {v.x_row_stride, v.y_row_stride}, {g, b}, false);
-  return fnorm::plan_norm_fwd(v, pack, dev, rms);
+  // No device: the planner stops before the occupancy-based hand-off.
+  return fnorm::plan_norm_fwd(v, pack, fnorm::LaunchContext{dev, nullptr, nullptr}, rms);
 }
 
 void test_plan() {
@@ -441,7 +457,7 @@ void test_plan() {
     }
     v.dtype = c.dtype;
     v.cols = c.cols;
-    const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, c.pack, dev);
+    const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd_tier(v, c.pack, dev);
     CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(c.tier));
     CHECK(bp.instance != nullptr && bp.instance->pack == c.pack && bp.instance->tier == c.tier);
     if (bp.tier == fnorm::Tier::BlockRegisters) {
@@ -456,15 +472,15 @@ void test_plan() {
     hopper.cc_major = 9;
     v.dtype = FNORM_DTYPE_FLOAT16;
     v.cols = 32768;
-    fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd(v, 8, hopper);
+    fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd_tier(v, 8, hopper);
     CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
     CHECK_EQ(bp.cluster, 2);
     CHECK_EQ(bp.block_threads, 512);
     v.cols = 65536;
-    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd_tier(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
     v.rows = 1000;
     v.cols = 32768;
-    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
+    CHECK_EQ(static_cast<int>(fnorm::plan_norm_bwd_tier(v, 8, hopper).tier), static_cast<int>(fnorm::Tier::ColumnTiled));
   }
   // Workspace layout: two 256-byte-aligned partial arrays, then row coefficients.
   v.rows = 1000;
@@ -516,6 +532,39 @@ void test_create_without_device() {
   CHECK_STATUS(fnorm_destroy(nullptr), FNORM_STATUS_SUCCESS);
 }
 
+// Sizes whose byte counts exceed size_t are refused (BAD_PARAM_SHAPE, naming
+// the argument), never wrapped around (issue 16: one row of 2^62 columns
+// answered 256 bytes of backward workspace).
+void test_size_overflow() {
+  fnorm::RowView v;
+  v.rows = 1;
+  v.cols = int64_t{1} << 62;
+  v.x_row_stride = v.y_row_stride = v.dx_row_stride = v.cols;
+  v.dtype = FNORM_DTYPE_FLOAT16;
+  bool refused = false;
+  try {
+    (void)fnorm::bwd_workspace_layout(v, 1, true, false);
+  } catch (const fnorm::Error &e) {
+    refused = e.status == FNORM_STATUS_BAD_PARAM_SHAPE && e.message.find("x_desc") != std::string::npos;
+  }
+  CHECK(refused);
+  // In range: partials * cols * 4 bytes per weight vector, 256-aligned.
+  v.cols = 1000;
+  const fnorm::BwdWorkspace w = fnorm::bwd_workspace_layout(v, 3, true, true);
+  CHECK_EQ(w.dbeta_offset, static_cast<size_t>(12032));
+  CHECK_EQ(w.bytes, static_cast<size_t>(2 * 12032 + 256));
+  // A launch whose tensors span more than size_t bytes (x [2, 2^61] fp32)
+  // is refused before any device work (it reached the device before).
+  Norm n;
+  Desc x, y;
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {2, int64_t{1} << 61}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(y.set(FNORM_DTYPE_FLOAT32, {2, int64_t{1} << 61}), FNORM_STATUS_SUCCESS);
+  static float buf[64];
+  CHECK_STATUS(fwd(fake_handle(), n.d, x.d, buf, nullptr, nullptr, nullptr, nullptr, nullptr, y.d, buf + 32),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(last_error_mentions("overflow"));
+}
+
 }  // namespace
 
 int main() {
@@ -524,6 +573,7 @@ int main() {
   test_tensor_desc();
   test_norm_desc();
   test_workspace_query_and_validation();
+  test_size_overflow();
   test_plan();
   test_dispatch_table();
   test_create_without_device();

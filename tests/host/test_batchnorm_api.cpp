@@ -10,7 +10,7 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
+#include "batchnorm/batchnorm.hpp"
 
 using namespace fnorm_test;
 
@@ -210,6 +210,33 @@ void test_launch_validation() {
 // and flags, the workspace room for the all-reduced triples, and the CUDNN
 // engine's refusal. (Launches query the communicator's device, so they are
 // tested on GPUs: tests/gpu/test_syncbn.py.)
+// Workspace sizes whose byte counts exceed size_t are refused, never wrapped
+// around (issue 16: C = 2^61 or 2^62 answered 0 bytes for training and
+// backward).
+void test_size_overflow() {
+  fnorm_handle *h = fake_handle();
+  Bn bn;
+  Desc x;
+  for (int shift : {61, 62}) {
+    CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {1, int64_t{1} << shift}), FNORM_STATUS_SUCCESS);
+    size_t ws = 12345;
+    CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+    CHECK(mentions("x_desc"));
+    CHECK(mentions("overflow"));
+    CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(h, bn.d, x.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+    CHECK(mentions("x_desc"));
+    CHECK_EQ(ws, static_cast<size_t>(12345));  // untouched on refusal
+  }
+  // 2^62 channels: even one fp32 value per channel overflows (inference).
+  size_t wi = 0;
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {1, int64_t{1} << 62}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_infer_workspace_size(h, bn.d, x.d, &wi), FNORM_STATUS_BAD_PARAM_SHAPE);
+  // Large but representable: answered.
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {2, int64_t{1} << 40}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn.d, x.d, &wi), FNORM_STATUS_SUCCESS);
+  CHECK(wi > (size_t{3} << 42));
+}
+
 void test_sync_desc() {
   fnorm_handle *h = fake_handle();
   Bn bn;
@@ -244,6 +271,7 @@ int main() {
   test_desc();
   test_layouts_and_sizes();
   test_launch_validation();
+  test_size_overflow();
   test_sync_desc();
   return fnorm_test::finish("host batchnorm api");
 }

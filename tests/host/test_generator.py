@@ -112,6 +112,34 @@ class RenderTest(unittest.TestCase):
             self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))
             self.assertEqual(cu.count("grid_norm_bwd<__half,"), len(bwd))
 
+    def test_config_header_carries_the_tables_constants(self):
+        # The runtime reads the tier enum and the pack / register limits from
+        # this header only: every value must be the instance table's.
+        with tempfile.TemporaryDirectory() as d:
+            generate.render_all(["f32"], d)
+            hdr = open(os.path.join(d, generate.CONFIG_HEADER)).read()
+            self.assertIn(generate.BANNER, hdr)
+            for value, (enum, _doc) in enumerate(instances.TIER_TABLE.values()):
+                self.assertIn(f"  {enum} = {value},", hdr)
+            for name, (value, _doc) in instances.config_constants().items():
+                self.assertIn(f"constexpr int {name} = {value};", hdr)
+            self.assertIn("constexpr int kMaxPackBytes = 16;", hdr)
+            self.assertIn("constexpr int kTargetNpack = 4;", hdr)
+            # every tier an instance names is in the enum
+            for i in instances.all_instances():
+                if i.tier != "all":
+                    self.assertIn(f"  {instances.TIER_TABLE[i.tier][0]} = ", hdr)
+
+    def test_depends_lists_every_template_and_module(self):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "gen", "generate.py"), "--depends"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        names = {os.path.basename(f) for f in out}
+        self.assertTrue({"generate.py", "instances.py"} <= names)
+        templates = {t for t in os.listdir(os.path.join(ROOT, "templates")) if t.endswith(".jinja")}
+        self.assertTrue(templates <= names, templates - names)
+        used = {t for t, _ctx in generate.outputs(list(instances.DTYPES)).values()}
+        self.assertTrue(used <= names, used - names)
+
     def test_bad_dtype_is_a_clear_error(self):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "gen", "generate.py"), "--list",
                             "--dtypes", "f64"], capture_output=True, text=True)

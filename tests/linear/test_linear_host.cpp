@@ -11,8 +11,8 @@
 #include "check.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
-#include "internal.hpp"
-#include "linear_kernels.hpp"
+#include "core/handle.hpp"
+#include "linear/linear_kernels.hpp"
 
 using namespace fnorm_test;
 
@@ -102,6 +102,33 @@ void test_aux_size() {
   CHECK_EQ(bytes, size_t{8192} * 128);
   CHECK_STATUS(fnorm_linear_aux_size(h, gelu.d, y.d, &bytes), FNORM_STATUS_SUCCESS);
   CHECK_EQ(bytes, size_t{8192} * 1024 * 2);
+}
+
+// Sizes whose byte counts exceed size_t are refused, never wrapped around
+// (issue 16: aux of a [2^31, 2^31] fp32 GELU output answered 0 bytes; the
+// backward workspace with m * n * 4 = 2^64 answered 8.6 GB).
+void test_size_overflow() {
+  fnorm_handle *h = fake_handle();
+  Lin relu(FNORM_LINEAR_EPILOGUE_BIAS_RELU, FNORM_LINEAR_WEIGHT_NK),
+      gelu(FNORM_LINEAR_EPILOGUE_BIAS_GELU, FNORM_LINEAR_WEIGHT_NK);
+  Desc y, x, w, dy;
+  size_t bytes = 777;
+  CHECK_STATUS(y.set(FNORM_DTYPE_FLOAT32, {int64_t{1} << 31, int64_t{1} << 31}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_linear_aux_size(h, gelu.d, y.d, &bytes), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("y_desc"));
+  CHECK(mentions("overflow"));
+  CHECK_EQ(bytes, size_t{777});
+  // ReLU's bit mask of the same output fits: 2^31 rows of 2^28 bytes.
+  CHECK_STATUS(fnorm_linear_aux_size(h, relu.d, y.d, &bytes), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(bytes, size_t{1} << 59);
+  const int64_t m = int64_t{1} << 32, n = int64_t{1} << 30;
+  CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT32, {m, 1}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(w.set(FNORM_DTYPE_FLOAT32, {n, 1}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(dy.set(FNORM_DTYPE_FLOAT32, {m, n}), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_linear_bwd_workspace_size(h, gelu.d, x.d, w.d, dy.d, nullptr, &bytes),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("dy_desc"));
+  CHECK_STATUS(fnorm_linear_aux_size(h, gelu.d, dy.d, &bytes), FNORM_STATUS_BAD_PARAM_SHAPE);
 }
 
 void test_fwd_validation() {
@@ -326,6 +353,7 @@ int main() {
   fnorm_linear_desc_destroy(probe);
   test_desc();
   test_aux_size();
+  test_size_overflow();
   test_fwd_validation();
   test_bwd();
   return fnorm_test::finish("host linear");

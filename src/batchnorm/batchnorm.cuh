@@ -1,0 +1,519 @@
+// BatchNorm device code: the two reduction passes (forward Welford
+// statistics, backward gradient sums) and the two elementwise passes
+// (normalize + epilogue + ReLU bitmask, and dx). The per-channel combination
+// in between is bn_finalize.cu. The generated instantiations pick T and PACK.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "batchnorm/bn_params.hpp"
+#include "core/device.cuh"
+
+namespace fnorm {
+
+constexpr int kBnThreads = 256;
+constexpr int kBnUnroll = 4;  // independent packs in flight per thread in the reductions
+// Resident blocks per SM the columns reduction is compiled for (register
+// cap). 3 (80 registers) spilled in the fp16/bf16 backward and ran 6% slower
+// than 2 on the H200 (bench/NOTES.md).
+#ifndef FNORM_BN_REDUCE_MIN_BLOCKS
+#define FNORM_BN_REDUCE_MIN_BLOCKS 2
+#endif
+
+// Bits [e, e + P) of a 1-bit-per-element mask (bit e % 32 of word e / 32).
+// Assumptions: e % P == 0 and P divides 32, so the bits share one word.
+template <int P>
+__device__ __forceinline__ uint32_t read_mask_bits(const uint32_t *mask, int64_t e) {
+  const uint32_t w = __ldg(mask + (e >> 5));
+  return (w >> static_cast<uint32_t>(e & 31)) & ((1u << P) - 1u);
+}
+
+// Chan et al.'s merge of (nb, mb, m2b) into (na, ma, m2a).
+__device__ __forceinline__ void welford_merge(float &na, float &ma, float &m2a, float nb, float mb,
+                                              float m2b) {
+  const float n = na + nb;
+  if (n == 0.f) return;
+  const float delta = mb - ma;
+  const float fb = nb / n;
+  ma += delta * fb;
+  m2a += m2b + delta * delta * na * fb;
+  na = n;
+}
+
+// ---------------------------------------------------------------------------
+// Columns reduction: thread (r, cp) of the block owns PACK columns
+// [col, col + PACK) and walks rows r0 + r, r0 + r + rpi, ... of its split;
+// the block then folds its rpi row slices per column in shared memory.
+// ncp = 2^ncp_log2 column packs per block tile (<= 32, so a warp reads whole
+// row segments: coalesced), rpi = kBnThreads / ncp row slices.
+// Assumptions: PACK divides width; x (and dy) aligned to PACK elements.
+// ---------------------------------------------------------------------------
+template <typename T, int PACK, bool BWD>
+__global__ void __launch_bounds__(kBnThreads, FNORM_BN_REDUCE_MIN_BLOCKS) bn_reduce_columns_kernel(BnReduceParams p,
+                                                                       int ncp_log2) {
+  __shared__ float sa[kBnThreads * PACK];
+  __shared__ float sb[kBnThreads * PACK];
+  __shared__ float sn[kBnThreads];
+  const int ncp = 1 << ncp_log2;
+  const int rpi = kBnThreads >> ncp_log2;
+  const int cp = threadIdx.x & (ncp - 1);
+  const int r = threadIdx.x >> ncp_log2;
+  const int64_t width = p.shape.width;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * ncp + cp) * PACK;
+  const bool col_ok = col < width;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * p.split_len;
+  const int64_t r1 = min(p.shape.rows, r0 + p.split_len);
+
+  float a[PACK], b[PACK], mu[PACK];
+  float n = 0.f;
+#pragma unroll
+  for (int k = 0; k < PACK; ++k) a[k] = b[k] = mu[k] = 0.f;
+  const T *x = static_cast<const T *>(p.x) + col;
+  const T *dy = BWD ? static_cast<const T *>(p.dy) + col : nullptr;
+  if (BWD && col_ok) {
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) mu[k] = __ldg(p.mean + (col + k) / p.shape.group);
+  }
+
+  auto accumulate = [&](const float (&v)[PACK], const float (&g)[PACK]) {
+    if constexpr (BWD) {
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        a[k] += g[k];
+        b[k] += g[k] * (v[k] - mu[k]);
+      }
+    } else {
+      n += 1.f;
+      const float inv = 1.f / n;
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        const float d = v[k] - a[k];
+        a[k] += d * inv;
+        b[k] += d * (v[k] - a[k]);
+      }
+    }
+  };
+  // The loop keeps each pack in its stored form (a 16-byte fp16 pack is 4
+  // registers, 8 once widened) until it is consumed, and walks pointers
+  // instead of recomputing 64-bit row offsets: the fp16 backward instance
+  // needed 112 registers (2 blocks per SM) before.
+  using Raw = Pack<T, PACK>;
+  auto widen = [](const Raw &raw, float (&out)[PACK]) {
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) out[k] = Convert<T>::to_float(raw.v[k]);
+  };
+  auto masked = [&](const Raw &raw, uint32_t bits, float (&g)[PACK]) {
+    widen(raw, g);
+    if (p.mask != nullptr) {
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
+    }
+  };
+
+  if (col_ok) {
+    const int64_t step = static_cast<int64_t>(rpi) * width;  // elements between a thread's rows
+    int64_t m = r0 + r;
+    int64_t off = m * width;  // element offset of (row m, col)
+    for (; m + (kBnUnroll - 1) * rpi < r1; m += kBnUnroll * rpi, off += kBnUnroll * step) {
+      Raw xr[kBnUnroll], gr[kBnUnroll];
+      uint32_t bits[kBnUnroll];
+#pragma unroll
+      for (int u = 0; u < kBnUnroll; ++u) xr[u] = *reinterpret_cast<const Raw *>(x + off + u * step);
+      if constexpr (BWD) {
+#pragma unroll
+        for (int u = 0; u < kBnUnroll; ++u) {
+          gr[u] = *reinterpret_cast<const Raw *>(dy + off + u * step);
+          bits[u] = p.mask != nullptr ? read_mask_bits<PACK>(p.mask, off + u * step + col) : 0u;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBnUnroll; ++u) {
+        float v[PACK], g[PACK];
+        widen(xr[u], v);
+        if constexpr (BWD) masked(gr[u], bits[u], g);
+        accumulate(v, g);
+      }
+    }
+    for (; m < r1; m += rpi, off += step) {
+      float v[PACK], g[PACK];
+      widen(*reinterpret_cast<const Raw *>(x + off), v);
+      if constexpr (BWD) {
+        masked(*reinterpret_cast<const Raw *>(dy + off),
+               p.mask != nullptr ? read_mask_bits<PACK>(p.mask, off + col) : 0u, g);
+      }
+      accumulate(v, g);
+    }
+  }
+
+  // Fold the rpi row slices of each column: a tree over r in shared memory.
+#pragma unroll
+  for (int k = 0; k < PACK; ++k) {
+    sa[threadIdx.x * PACK + k] = a[k];
+    sb[threadIdx.x * PACK + k] = b[k];
+  }
+  sn[threadIdx.x] = n;
+  for (int stride = rpi >> 1; stride > 0; stride >>= 1) {
+    __syncthreads();
+    if (r < stride) {
+      const int o = threadIdx.x + stride * ncp;  // same column pack, row slice r + stride
+      if constexpr (BWD) {
+#pragma unroll
+        for (int k = 0; k < PACK; ++k) {
+          a[k] += sa[o * PACK + k];
+          b[k] += sb[o * PACK + k];
+        }
+      } else {
+        const float nb = sn[o];
+#pragma unroll
+        for (int k = 0; k < PACK; ++k) {
+          float na = n;
+          welford_merge(na, a[k], b[k], nb, sa[o * PACK + k], sb[o * PACK + k]);
+        }
+        n += nb;
+        sn[threadIdx.x] = n;
+      }
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        sa[threadIdx.x * PACK + k] = a[k];
+        sb[threadIdx.x * PACK + k] = b[k];
+      }
+    }
+  }
+  if (r == 0 && col_ok) {
+    float *pa = p.part_moment1 + static_cast<int64_t>(blockIdx.y) * width + col;
+    float *pb = p.part_moment2 + static_cast<int64_t>(blockIdx.y) * width + col;
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+      pa[k] = a[k];
+      pb[k] = b[k];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Segments reduction (channels-first with long spatial runs): block
+// (c, split) reduces elements [i0, i1) of channel c's rows * group values,
+// element i being x[(i / group) * width + c * group + i % group].
+// Assumptions: PACK divides group; split_len is a multiple of PACK.
+// ---------------------------------------------------------------------------
+template <typename T, int PACK, bool BWD>
+__global__ void __launch_bounds__(kBnThreads) bn_reduce_segments_kernel(BnReduceParams p) {
+  using Acc = typename std::conditional<BWD, Sum2Op, WelfordOp>::type;
+  __shared__ typename Acc::Value scratch[32];
+  const int64_t c = blockIdx.x;
+  const int64_t S = p.shape.group, width = p.shape.width;
+  const int64_t domain = p.shape.rows * S;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * p.split_len;
+  const int64_t i1 = min(domain, i0 + p.split_len);
+  constexpr int64_t kStep = static_cast<int64_t>(kBnThreads) * PACK;
+  const int64_t dn = kStep / S, ds = kStep % S;
+  int64_t i = i0 + static_cast<int64_t>(threadIdx.x) * PACK;
+  int64_t n = i / S, s = i - (i / S) * S;
+  const T *x = static_cast<const T *>(p.x) + c * S;
+  const T *dy = BWD ? static_cast<const T *>(p.dy) + c * S : nullptr;
+  const float mu = BWD ? __ldg(p.mean + c) : 0.f;
+  Welford w{0.f, 0.f, 0.f};
+  float2 sums = make_float2(0.f, 0.f);
+
+  auto next = [&]() -> int64_t {  // offset of the current pack, then step
+    const int64_t off = n * width + s;
+    s += ds;
+    n += dn;
+    if (s >= S) {
+      s -= S;
+      ++n;
+    }
+    return off;
+  };
+  auto accumulate = [&](int64_t off, const float (&v)[PACK], float (&g)[PACK]) {
+    if constexpr (BWD) {
+      if (p.mask != nullptr) {
+        const uint32_t bits = read_mask_bits<PACK>(p.mask, off + c * S);
+#pragma unroll
+        for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        sums.x += g[k];
+        sums.y += g[k] * (v[k] - mu);
+      }
+    } else {
+      w = welford_chunk<PACK>(w, v);
+    }
+  };
+
+  for (; i + (kBnUnroll - 1) * kStep < i1; i += kBnUnroll * kStep) {
+    int64_t off[kBnUnroll];
+    float v[kBnUnroll][PACK], g[kBnUnroll][PACK];
+#pragma unroll
+    for (int u = 0; u < kBnUnroll; ++u) off[u] = next();
+#pragma unroll
+    for (int u = 0; u < kBnUnroll; ++u) load_pack<T, PACK>(x + off[u], v[u]);
+    if constexpr (BWD) {
+#pragma unroll
+      for (int u = 0; u < kBnUnroll; ++u) load_pack<T, PACK>(dy + off[u], g[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kBnUnroll; ++u) accumulate(off[u], v[u], g[u]);
+  }
+  for (; i < i1; i += kStep) {
+    const int64_t off = next();
+    float v[PACK], g[PACK];
+    load_pack<T, PACK>(x + off, v);
+    if constexpr (BWD) load_pack<T, PACK>(dy + off, g);
+    accumulate(off, v, g);
+  }
+
+  const int64_t out = static_cast<int64_t>(blockIdx.y) * p.shape.channels + c;
+  if constexpr (BWD) {
+    sums = block_allreduce<Sum2Op>(sums, scratch);
+    if (threadIdx.x == 0) {
+      p.part_moment1[out] = sums.x;
+      p.part_moment2[out] = sums.y;
+    }
+  } else {
+    w = block_allreduce<WelfordOp>(w, scratch);
+    if (threadIdx.x == 0) {
+      p.part_moment1[out] = w.mean;
+      p.part_moment2[out] = w.m2;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise passes. Thread q handles pack q of [begin, end); a warp handles
+// 32 consecutive packs, so the 32 / PACK lanes that cover one mask word are
+// neighbours and build it with shuffles. The channel of the pack's first
+// element is carried from iteration to iteration without divisions.
+// ---------------------------------------------------------------------------
+struct ChannelWalk {
+  int64_t c = 0, s = 0;  // channel and position within the channel's run
+  int64_t dc = 0, ds = 0;
+  __device__ void init(int64_t e, int64_t step, const BnShape &sh) {
+    const int64_t q = e / sh.group;
+    s = e - q * sh.group;
+    c = q % sh.channels;
+    ds = step % sh.group;
+    dc = (step / sh.group) % sh.channels;
+  }
+  __device__ __forceinline__ void advance(const BnShape &sh) {
+    s += ds;
+    c += dc;
+    if (s >= sh.group) {
+      s -= sh.group;
+      ++c;
+    }
+    if (c >= sh.channels) c -= sh.channels;
+  }
+};
+
+// Per-element channel coefficients of the pack starting at (c, s).
+template <int PACK, int NCOEF>
+__device__ __forceinline__ void load_coefs(const float *const (&arr)[NCOEF], const ChannelWalk &w,
+                                           const BnShape &sh, float (&out)[NCOEF][PACK]) {
+  if (w.s + PACK <= sh.group) {  // one channel for the whole pack
+#pragma unroll
+    for (int j = 0; j < NCOEF; ++j) {
+      const float v = __ldg(arr[j] + w.c);
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) out[j][k] = v;
+    }
+  } else if (sh.group == 1 && sh.channels % PACK == 0) {  // PACK consecutive channels, aligned
+#pragma unroll
+    for (int j = 0; j < NCOEF; ++j) load_param<float, PACK>(arr[j], true, w.c, out[j]);
+  } else {
+    int64_t c = w.c, s = w.s;
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+#pragma unroll
+      for (int j = 0; j < NCOEF; ++j) out[j][k] = __ldg(arr[j] + c);
+      if (++s == sh.group) {
+        s = 0;
+        if (++c == sh.channels) c = 0;
+      }
+    }
+  }
+}
+
+// OR the PACK bits of each lane into the mask word its lane group covers and
+// have the group's first lane store it. Every lane of the warp must call it.
+template <int PACK>
+__device__ __forceinline__ void store_mask_word(uint32_t *mask, int64_t e, uint32_t bits,
+                                                bool active) {
+  constexpr int kLanes = 32 / PACK;
+  const int lane = threadIdx.x & 31;
+  uint32_t word = bits << ((lane % kLanes) * PACK);
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) word |= __shfl_xor_sync(kFullMask, word, off);
+  if (active && lane % kLanes == 0) mask[e >> 5] = word;
+}
+
+// Channels-last with a grid whose stride is a multiple of C (the launcher
+// rounds the grid so): every pack a thread visits has the same channels, so
+// their coefficients stay in registers (loading them per pack made the
+// fp16 NHWC passes L1-bound: 6 float4 loads per 16 bytes of x).
+template <typename T, int PACK>
+__global__ void __launch_bounds__(kBnThreads) bn_forward_kernel(BnApplyParams p) {
+  const int64_t packs = (p.end - p.begin) / PACK;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kBnThreads;
+  const int lane = threadIdx.x & 31;
+  int64_t q = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
+  ChannelWalk w;
+  w.init(p.begin + q * PACK, step * PACK, p.shape);
+  const bool fixed = w.dc == 0 && w.ds == 0;
+  const float *const coef[3] = {p.mean, p.xmu_scale, p.shift};
+  const T *x = static_cast<const T *>(p.x);
+  const T *z = static_cast<const T *>(p.z);
+  T *y = static_cast<T *>(p.y);
+  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
+  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
+  if (p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+    *p.num_batches_tracked += 1;
+  float cf[3][PACK];
+  if (fixed && q < packs) load_coefs<PACK, 3>(coef, w, p.shape, cf);
+  for (; q - lane < packs; q += step, w.advance(p.shape)) {
+    const bool active = q < packs;
+    const int64_t e = p.begin + q * PACK;
+    uint32_t bits = 0;
+    if (active) {
+      float v[PACK], zv[PACK];
+      load_pack<T, PACK>(x + e, v);
+      if (add) load_pack<T, PACK>(z + e, zv);
+      if (!fixed) load_coefs<PACK, 3>(coef, w, p.shape, cf);
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        v[k] = (v[k] - cf[0][k]) * cf[1][k] + cf[2][k];
+        if (add) v[k] += zv[k];
+        if (relu) {
+          v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
+          // The bit says whether the value stored is > 0 (what relu's backward tests).
+          bits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
+        }
+      }
+      store_pack<T, PACK>(y + e, v);
+    }
+    if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, bits, active);
+  }
+}
+
+template <typename T, int PACK>
+__global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p) {
+  const int64_t packs = (p.end - p.begin) / PACK;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kBnThreads;
+  int64_t q = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
+  ChannelWalk w;
+  w.init(p.begin + q * PACK, step * PACK, p.shape);
+  const bool fixed = w.dc == 0 && w.ds == 0;
+  const float *const coef[4] = {p.mean, p.dy_scale, p.xmu_scale, p.shift};
+  const T *x = static_cast<const T *>(p.x);
+  const T *dy = static_cast<const T *>(p.dy);
+  T *dx = static_cast<T *>(p.dx);
+  T *dz = static_cast<T *>(p.dz);
+  float cf[4][PACK];
+  if (fixed && q < packs) load_coefs<PACK, 4>(coef, w, p.shape, cf);
+  for (; q < packs; q += step, w.advance(p.shape)) {
+    const int64_t e = p.begin + q * PACK;
+    float v[PACK], g[PACK];
+    load_pack<T, PACK>(x + e, v);
+    load_pack<T, PACK>(dy + e, g);
+    if (p.mask_in != nullptr) {
+      const uint32_t bits = read_mask_bits<PACK>(p.mask_in, e);
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
+      if (dz != nullptr) store_pack<T, PACK>(dz + e, g);
+    }
+    if (!fixed) load_coefs<PACK, 4>(coef, w, p.shape, cf);
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) v[k] = g[k] * cf[1][k] + (v[k] - cf[0][k]) * cf[2][k] + cf[3][k];
+    store_pack<T, PACK>(dx + e, v);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Launchers (instantiated per dtype and pack by the generated files).
+// ---------------------------------------------------------------------------
+// The reductions size their grid to one wave of resident blocks (their
+// occupancy differs by pack and pass), at most p.splits splits (what the
+// workspace holds), each thread getting >= kBnMinPacksPerThread packs; the
+// splits and split length used are written back for the finalize.
+constexpr int64_t kBnMinPacksPerThread = 8;
+
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_reduce_columns(BnReduceParams &p, const LaunchContext &ctx) {
+  auto kernel = bn_reduce_columns_kernel<T, PACK, BWD>;
+  const int64_t packs = p.shape.width / PACK;
+  int ncp_log2 = 0;
+  while ((int64_t{1} << ncp_log2) < packs && ncp_log2 < 5) ++ncp_log2;
+  const int64_t tiles = ceil_div(packs, int64_t{1} << ncp_log2);
+  const int64_t rpi = kBnThreads >> ncp_log2;
+  int occ = 0;
+  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  if (err != cudaSuccess) return err;
+  const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / tiles);
+  const int64_t by_rows = std::max<int64_t>(1, ceil_div(p.shape.rows, rpi * kBnMinPacksPerThread));
+  int64_t splits = std::min({want, by_rows, static_cast<int64_t>(p.splits)});
+  p.split_len = ceil_div(p.shape.rows, splits);
+  p.splits = static_cast<int>(ceil_div(p.shape.rows, p.split_len));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
+  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p, ncp_log2);
+  return cudaGetLastError();
+}
+
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_reduce_segments(BnReduceParams &p, const LaunchContext &ctx) {
+  auto kernel = bn_reduce_segments_kernel<T, PACK, BWD>;
+  int occ = 0;
+  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  if (err != cudaSuccess) return err;
+  const int64_t domain = p.shape.rows * p.shape.group;
+  const int64_t want =
+      std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / p.shape.channels);
+  const int64_t by_len = std::max<int64_t>(1, ceil_div(domain, kBnThreads * PACK * kBnMinPacksPerThread));
+  const int64_t splits = std::min({want, by_len, static_cast<int64_t>(p.splits)});
+  p.split_len = ceil_div(ceil_div(domain, splits), 8) * 8;
+  p.splits = static_cast<int>(ceil_div(domain, p.split_len));
+  const dim3 grid(static_cast<unsigned>(p.shape.channels), static_cast<unsigned>(p.splits));
+  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class Kernel>
+cudaError_t launch_bn_apply(Kernel kernel, const BnApplyParams &p, const LaunchContext &ctx,
+                            int pack) {
+  int occ = 0;
+  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads,
+                                     0, &occ);
+  if (err != cudaSuccess) return err;
+  const int64_t packs = (p.end - p.begin) / pack;
+  int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(ceil_div(packs, kBnThreads),
+                           static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1)));
+  if (p.shape.group == 1) {
+    // Channels-last: a grid stride (grid * kBnThreads * pack elements) that is
+    // a multiple of C keeps each thread on the same channels (see the kernels).
+    const int64_t C = p.shape.channels, stride = int64_t{kBnThreads} * pack;
+    int64_t a = C, b = stride;
+    while (b != 0) {
+      const int64_t t = a % b;
+      a = b;
+      b = t;
+    }
+    const int64_t m = C / a;  // the grid must be a multiple of m
+    if (m <= 65536) grid = std::max(m, grid / m * m);
+  }
+  kernel<<<static_cast<unsigned>(grid), kBnThreads, 0, ctx.stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T, int PACK>
+cudaError_t launch_bn_forward(const BnApplyParams &p, const LaunchContext &ctx) {
+  return launch_bn_apply(bn_forward_kernel<T, PACK>, p, ctx, PACK);
+}
+
+template <typename T, int PACK>
+cudaError_t launch_bn_backward(const BnApplyParams &p, const LaunchContext &ctx) {
+  return launch_bn_apply(bn_backward_kernel<T, PACK>, p, ctx, PACK);
+}
+
+}  // namespace fnorm

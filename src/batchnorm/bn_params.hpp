@@ -1,0 +1,180 @@
+// BatchNorm launch parameters and dispatch-table types, shared by the host
+// runtime (plain C++) and the generated kernel instantiations. No device code.
+//
+// Every BatchNorm input is viewed as a packed row-major matrix [rows, width]
+// whose column j belongs to channel (j / group):
+//   channels-last ([N, C], NHWC, NDHWC): rows = N * spatial, width = C, group = 1
+//   channels-first ([N, C, L], NCHW, NCDHW): rows = N, width = C * S, group = S
+// so element e of the tensor (in memory order) has channel (e / group) % C.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fusednorm.h"
+#include "core/launch.hpp"
+
+namespace fnorm {
+
+struct BnShape {
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t group = 1;
+  int64_t channels = 0;
+  int64_t elements() const { return rows * width; }
+};
+
+// The two reduction passes (forward statistics, backward gradient sums) write
+// per-split partials that bn_finalize_* combine per channel.
+//   Columns kernel: each thread owns PACK columns and walks rows; partials are
+//     [splits][width]; a channel combines `group` columns of every split.
+//   Segments kernel (channels-first, long spatial runs): one block per
+//     (channel, split of the channel's rows*group elements); partials are
+//     [splits][channels].
+enum class BnReduceKind : int { Columns = 0, Segments = 1 };
+
+struct BnReduceParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *dy = nullptr;          // backward
+  const uint32_t *mask = nullptr;    // backward with RELU / ADD_RELU: 1 bit per element
+  const float *mean = nullptr;       // backward: saved mean per channel
+  // The two per-channel moments a pass reduces (named for both passes):
+  float *part_moment1 = nullptr;           // forward: mean; backward: sum of dy
+  float *part_moment2 = nullptr;           // forward: M2;   backward: sum of dy * (x - mean)
+  // In: splits = the most the workspace holds. Out (set by the launch): the
+  // splits used and their length, Columns: rows; Segments: elements (a
+  // multiple of 8).
+  int64_t split_len = 0;
+  int splits = 0;
+};
+
+// Elementwise passes over elements [begin, end) in memory order.
+// Assumptions: begin is a multiple of 32 * PACK (mask words are never shared
+// between launches); end - begin is a multiple of PACK; pointers are aligned
+// to PACK elements.
+//   forward:  v = (x - mean[c]) * xmu_scale[c] + shift[c]  (+ z), relu, y; mask bit = (y > 0)
+//   backward: g = mask ? dy : 0 (dz = g);
+//             dx = g * dy_scale[c] + (x - mean[c]) * xmu_scale[c] + shift[c]
+struct BnApplyParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *z = nullptr;       // forward ADD_RELU
+  void *y = nullptr;             // forward
+  const void *dy = nullptr;      // backward
+  void *dx = nullptr;            // backward
+  void *dz = nullptr;            // backward ADD_RELU (optional)
+  uint32_t *mask_out = nullptr;  // forward, training with RELU / ADD_RELU
+  const uint32_t *mask_in = nullptr;  // backward with RELU / ADD_RELU
+  const float *mean = nullptr;
+  const float *xmu_scale = nullptr;  // factor of (x - mean): gamma * invstd forward
+  const float *shift = nullptr;      // added last: beta forward
+  const float *dy_scale = nullptr;   // backward: factor of the masked dy
+  int64_t begin = 0;
+  int64_t end = 0;
+  int epilogue = 0;  // fnorm_bn_epilogue_t
+  int64_t *num_batches_tracked = nullptr;  // forward training: += 1 by one thread
+};
+
+using BnReduceLaunchFn = cudaError_t (*)(BnReduceParams &, const LaunchContext &);
+using BnApplyLaunchFn = cudaError_t (*)(const BnApplyParams &, const LaunchContext &);
+struct BnPersistParams;
+// Launches the one-launch kernel if the problem fits one co-resident grid;
+// the bool says whether it did.
+using BnPersistLaunchFn = cudaError_t (*)(const BnPersistParams &, const LaunchContext &, bool *);
+
+struct BnInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  BnReduceLaunchFn stats_columns;
+  BnReduceLaunchFn stats_segments;
+  BnReduceLaunchFn grads_columns;
+  BnReduceLaunchFn grads_segments;
+  BnApplyLaunchFn forward;
+  BnApplyLaunchFn backward;
+  BnPersistLaunchFn persist_forward;
+  BnPersistLaunchFn persist_backward;
+  const char *name;
+};
+
+extern const BnInstance kBnInstances[];
+extern const size_t kBnInstanceCount;
+
+// Per-channel combination of the partials (batchnorm/bn_finalize.cu).
+struct BnFinalizeParams {
+  int64_t channels = 0;
+  int64_t group = 1;        // partial entries per channel per split
+  int64_t part_width = 0;   // floats per partial row
+  int64_t split_len = 0;
+  // Values behind split j's partial entry: min(split_len, domain - j * split_len),
+  // domain = rows (Columns) or rows * group (Segments).
+  int64_t domain = 0;
+  double count = 0;  // values per channel (rows * group)
+  int splits = 0;
+  const float *part_moment1 = nullptr;
+  const float *part_moment2 = nullptr;
+  // forward
+  double eps = 1e-5;
+  double factor = 0.1;       // running-average factor (EXPONENTIAL)
+  bool cumulative = false;   // factor = 1 / (num_batches_tracked + 1)
+  const int64_t *num_batches_tracked = nullptr;
+  const float *gamma = nullptr;
+  const float *beta = nullptr;
+  float *running_mean = nullptr;
+  float *running_var = nullptr;
+  float *saved_mean = nullptr;
+  float *saved_invstd = nullptr;
+  float *mean = nullptr;   // workspace coefficients for the apply pass
+  float *xmu_scale = nullptr;  // (BnApplyParams says what each scales or adds)
+  float *shift = nullptr;
+  float *dy_scale = nullptr;   // backward only
+  // backward
+  const float *in_mean = nullptr;
+  const float *in_invstd = nullptr;
+  float *dgamma = nullptr;
+  float *dbeta = nullptr;
+  // SyncBatchNorm: this rank's per-channel triple for the all-reduce
+  // (forward: n, n * mean, M2 + n * mean^2; backward: n, sum_dy, sum_dy_xmu),
+  // then the all-reduced triples.
+  double *sync_local = nullptr;
+  const double *sync_global = nullptr;
+  bool global_weight_grads = false;
+};
+
+// The one-launch path (batchnorm/bn_persistent.cuh) for small channels-last
+// problems: training forward (x, z -> y, mask_out) or backward (x, dy, mask_in
+// -> dx, dz), with the per-channel end in f (f.mean == nullptr: no workspace
+// coefficients written).
+struct BnPersistParams {
+  BnShape shape;
+  const void *x = nullptr;
+  const void *z = nullptr;
+  void *y = nullptr;
+  const void *dy = nullptr;
+  void *dx = nullptr;
+  void *dz = nullptr;
+  uint32_t *mask_out = nullptr;
+  const uint32_t *mask_in = nullptr;
+  float *part_moment1 = nullptr;  // [max_blocks][width] per-block sums
+  float *part_moment2 = nullptr;
+  int64_t max_blocks = 0;
+  int epilogue = 0;
+  int64_t *num_batches_tracked = nullptr;
+  BnFinalizeParams f;
+};
+
+cudaError_t launch_bn_finalize_fwd(const BnFinalizeParams &p, cudaStream_t stream);
+cudaError_t launch_bn_finalize_bwd(const BnFinalizeParams &p, cudaStream_t stream);
+// SyncBatchNorm: the outputs from the all-reduced triples (p.sync_global).
+cudaError_t launch_bn_finalize_fwd_sync(const BnFinalizeParams &p, cudaStream_t stream);
+cudaError_t launch_bn_finalize_bwd_sync(const BnFinalizeParams &p, cudaStream_t stream);
+// Inference: mean = running_mean, scale = gamma * rsqrt(running_var + eps), shift = beta.
+cudaError_t launch_bn_infer_coef(const BnFinalizeParams &p, cudaStream_t stream);
+// p[0..n) = value (the cuDNN engine's stand-in gamma / beta).
+cudaError_t launch_bn_fill(float *p, int64_t n, float value, cudaStream_t stream);
+// *counter += 1 (num_batches_tracked under the cuDNN engine).
+cudaError_t launch_bn_count(int64_t *counter, cudaStream_t stream);
+
+}  // namespace fnorm

@@ -1,0 +1,38 @@
+// Fully-connected backward planning: the workspace layout
+// [align slack][cuBLASLt][dz][partial column sums].
+#include <algorithm>
+
+#include "linear/linear.hpp"
+
+#if FNORM_HAVE_CUBLASLT
+
+namespace fnorm {
+
+BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count) {
+  BwdLayout l;
+  const LinearAct act = act_of(p.desc->epilogue);
+  // Every size here comes from dy's [m, n] (dz, bias partials) or x's k.
+  auto bytes = [](size_t a, size_t b, size_t c, const char *arg) {
+    return checked_align_up(checked_mul(checked_mul(a, b, arg), c, arg), 256, arg);
+  };
+  l.dz_offset = kCublasWorkspace;
+  const size_t dz = act != LinearAct::None
+                        ? bytes(static_cast<size_t>(p.m), static_cast<size_t>(p.n), dtype_size(p.dtype), "dy_desc")
+                        : 0;
+  l.partial_offset = checked_add(l.dz_offset, dz, "dy_desc");
+  size_t partial = 0;
+  if (has_bias(p.desc->epilogue)) {
+    l.splits_n = linear_colsum_splits(p.m, p.n, sm_count);
+    partial = std::max(partial, bytes(static_cast<size_t>(l.splits_n), static_cast<size_t>(p.n), sizeof(float), "dy_desc"));
+  }
+  if (chained) {
+    l.splits_k = linear_colsum_splits(p.m, p.k, sm_count);
+    partial = std::max(partial, bytes(static_cast<size_t>(l.splits_k), static_cast<size_t>(p.k), sizeof(float), "x_desc"));
+  }
+  l.bytes = checked_add(checked_add(kAlignSlack, l.partial_offset, "dy_desc"), partial, "dy_desc");
+  return l;
+}
+
+}  // namespace fnorm
+
+#endif  // FNORM_HAVE_CUBLASLT

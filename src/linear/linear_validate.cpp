@@ -1,0 +1,118 @@
+// Fully-connected layer validation: descriptors -> LinearProblem, the aux
+// buffers, the epilogues' vectors. Built on core/validate.hpp.
+#include <algorithm>
+
+#include "linear/linear.hpp"
+
+#if FNORM_HAVE_CUBLASLT
+
+namespace fnorm {
+
+Matrix matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output) {
+  const RowLayout l = packed_rows(d, d.rank - 1, arg);
+  require_disjoint_rows(l, arg, output);
+  return {l.rows, l.cols, l.row_stride};
+}
+
+LinearAct act_of(fnorm_linear_epilogue_t e) {
+  switch (e) {
+    case FNORM_LINEAR_EPILOGUE_BIAS_RELU: return LinearAct::Relu;
+    case FNORM_LINEAR_EPILOGUE_BIAS_GELU: return LinearAct::Gelu;
+    default: return LinearAct::None;
+  }
+}
+bool has_bias(fnorm_linear_epilogue_t e) { return e != FNORM_LINEAR_EPILOGUE_NONE; }
+const char *linear_epilogue_name(fnorm_linear_epilogue_t e) {
+  switch (e) {
+    case FNORM_LINEAR_EPILOGUE_NONE: return "NONE";
+    case FNORM_LINEAR_EPILOGUE_BIAS: return "BIAS";
+    case FNORM_LINEAR_EPILOGUE_BIAS_RELU: return "BIAS_RELU";
+    case FNORM_LINEAR_EPILOGUE_BIAS_GELU: return "BIAS_GELU";
+  }
+  return "unknown";
+}
+
+// x_desc, w_desc and y_desc (the forward's y or the backward's dy).
+LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
+                      const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, const char *y_arg,
+                      bool y_is_output) {
+  FNORM_REQUIRE_NOT_NULL(desc);
+  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
+  const fnorm_tensor_desc &w = require_set(w_desc, "w_desc");
+  const fnorm_tensor_desc &y = require_set(y_desc, y_arg);
+  LinearProblem p;
+  p.desc = desc;
+  p.dtype = x.dtype;
+  p.x = matrix_of(x, "x_desc", false);
+  p.m = p.x.rows;
+  p.k = p.x.cols;
+  FNORM_REQUIRE(w.dtype == x.dtype, FNORM_STATUS_BAD_PARAM_SHAPE, "argument 'w_desc': dtype %s differs from x_desc's %s",
+                dtype_name(w.dtype), dtype_name(x.dtype));
+  FNORM_REQUIRE(w.rank == 2, FNORM_STATUS_BAD_PARAM_SHAPE, "argument 'w_desc': rank %d; W must have rank 2", w.rank);
+  const bool kn = desc->layout == FNORM_LINEAR_WEIGHT_KN;
+  const int64_t w_k = kn ? w.dims[0] : w.dims[1];
+  FNORM_REQUIRE(w_k == p.k, FNORM_STATUS_BAD_PARAM_SHAPE,
+                "argument 'w_desc': dims[%d] is %lld but x's last size (k) is %lld (weight layout %s)", kn ? 0 : 1,
+                static_cast<long long>(w_k), static_cast<long long>(p.k), kn ? "KN: [k, n]" : "NK: [n, k]");
+  p.n = kn ? w.dims[1] : w.dims[0];
+  p.w = matrix_of(w, "w_desc", false);
+  require_same_sizes(y, y_arg, x, "x_desc", p.n);
+  p.y = matrix_of(y, y_arg, y_is_output);
+  return p;
+}
+
+size_t matrix_bytes(const Matrix &v, fnorm_dtype_t t, const char *arg) {
+  return span_bytes(v.rows, v.cols, v.ld, dtype_size(t), arg);
+}
+
+size_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols, const char *arg) {
+  if (act == LinearAct::None) return 0;
+  // linear_aux_ld rounds cols up to 128 (bits) or 8 (elements) in int64.
+  FNORM_REQUIRE(cols <= INT64_MAX - 128, FNORM_STATUS_BAD_PARAM_SHAPE,
+                "argument '%s': %lld columns overflow the aux buffer's leading dimension", arg,
+                static_cast<long long>(cols));
+  const size_t ld = static_cast<size_t>(linear_aux_ld(act, cols));
+  if (act == LinearAct::Relu) return checked_mul(static_cast<size_t>(rows), ld / 8, arg);
+  return checked_mul(checked_mul(static_cast<size_t>(rows), ld, arg), dtype_size(t), arg);
+}
+
+// cuBLASLt's alignment preferences cover A, B, C and D but not the
+// epilogue's vectors (bias, bias gradient): its heuristic may pick a kernel
+// that loads them 16 bytes at a time, which faults on a bias one element
+// off ("misaligned address", fp32, H200, 2026-11-22). Such vectors go to the
+// unfused path.
+bool epilogue_vector_ok(const void *p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Bias-gradient epilogues (BGRADA/B, D*_BGRAD) are fused only when D is at
+// least this many rows and columns: with D of one row (dw of a layer with
+// k = 1, W [n, k], m = 1000) cuBLASLt's BGRADB gave a wrong and sometimes NaN
+// bias gradient in fp16 (H200, CUDA 13.0, 2026-11-22). A small dw or dx
+// costs little to finish with our column sums.
+constexpr uint64_t kMinBgradDim = 16;
+bool bgrad_shape_ok(const GemmKey &k) { return k.rows >= kMinBgradDim && k.cols >= kMinBgradDim; }
+
+void require_aux(const void *aux, size_t bytes, uint64_t need, const char *arg, const char *bytes_arg) {
+  FNORM_REQUIRE(bytes >= need, FNORM_STATUS_BAD_PARAM,
+                "argument '%s' is %zu; the aux buffer needs %llu bytes (ask fnorm_linear_aux_size)", bytes_arg, bytes,
+                static_cast<unsigned long long>(need));
+  FNORM_REQUIRE(reinterpret_cast<uintptr_t>(aux) % 16 == 0, FNORM_STATUS_BAD_PARAM,
+                "argument '%s' must be 16-byte aligned (it is %p)", arg, aux);
+}
+
+unsigned char *aligned_workspace(void *ws) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(ws);
+  return reinterpret_cast<unsigned char *>(align_up(v, kAlignSlack));
+}
+
+LinearAct check_producer(const fnorm_linear_desc *prod) {
+  if (prod == nullptr) return LinearAct::None;
+  const LinearAct a = act_of(prod->epilogue);
+  FNORM_REQUIRE(a != LinearAct::None, FNORM_STATUS_BAD_PARAM,
+                "argument 'x_producer': its epilogue %s has no activation; pass NULL instead",
+                linear_epilogue_name(prod->epilogue));
+  return a;
+}
+
+}  // namespace fnorm
+
+#endif  // FNORM_HAVE_CUBLASLT

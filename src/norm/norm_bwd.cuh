@@ -1,0 +1,573 @@
+// LayerNorm / RMSNorm backward.
+//
+//   x_hat = (s - mean) * rstd   (RMSNorm: s * rrms)      g = dy * scale
+//   dx    = rstd * (g - c1 - x_hat * c2) [+ dsum]         c1 = mean(g) (RMSNorm: 0)
+//                                                         c2 = mean(g * x_hat)
+//   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
+//
+// Tiers:
+//   Warp / BlockRegisters  a group of lanes / a block per row; each thread
+//            owns fixed columns for all the rows it visits, so it accumulates
+//            dgamma/dbeta in registers. Its x and dy come through a
+//            thread-private ring in shared memory, filled by cp.async one row
+//            ahead: the next row's loads are in flight while this row's
+//            reduction (c1, c2) and dx run. One partial row per block goes to
+//            the workspace. Rows longer than a block holds take a thread
+//            block cluster of blocks per row (one partial row per cluster;
+//            the runtime plans clusters of 2).
+//   ColumnTiled  any row length, for few rows, rows longer than a cluster
+//            of 2 holds, or GPUs without clusters: a
+//            first kernel reduces (c1, c2) per row, a second walks column
+//            tiles over a slice of rows, writes dx and accumulates its
+//            columns' partial sums.
+// The partial rows are then summed per column in a fixed order
+// (core/column_sums.cu), so dgamma/dbeta are the same bits run to run.
+#pragma once
+
+#include <algorithm>
+
+#include <cooperative_groups.h>
+
+#include "core/device.cuh"
+#include "norm/norm_params.hpp"
+
+namespace fnorm {
+
+// (rstd, -rstd * c2, -rstd * c1): the per-row constants of store_dx.
+__device__ __forceinline__ float3 dx_coefs(float rstd, float c1, float c2) {
+  return make_float3(rstd, -rstd * c2, -rstd * c1);
+}
+
+template <typename T, int PACK>
+struct BwdRowIo {
+  const NormBwdParams &p;
+  // x_hat and g of a pack from x and dy as stored (T), the scale from gamma.
+  __device__ __forceinline__ void derive(const Pack<T, PACK> &xr, const Pack<T, PACK> &dyr, int64_t col,
+                                         float mean, float rstd, float (&xh)[PACK], float (&g)[PACK],
+                                         float (&dyv)[PACK]) const {
+    float sc[PACK];
+    if (p.gamma != nullptr) {
+      load_param<T, PACK>(p.gamma, p.param_f32, col, sc);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sc[i] = p.zero_centered ? 1.f + sc[i] : sc[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sc[i] = 1.f;
+    }
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) {
+      dyv[i] = Convert<T>::to_float(dyr.v[i]);
+      xh[i] = (Convert<T>::to_float(xr.v[i]) - mean) * rstd;
+      g[i] = dyv[i] * sc[i];
+    }
+  }
+  __device__ __forceinline__ void load_raw(int64_t row, int64_t col, Pack<T, PACK> &xr, Pack<T, PACK> &dyr) const {
+    xr = ld_pack<T, PACK>(static_cast<const T *>(p.x) + row * p.x_row_stride + col);
+    dyr = ld_pack<T, PACK>(static_cast<const T *>(p.dy) + row * p.dy_row_stride + col);
+  }
+  __device__ __forceinline__ void load(int64_t row, int64_t col, float mean, float rstd,
+                                       float (&xh)[PACK], float (&g)[PACK], float (&dyv)[PACK]) const {
+    Pack<T, PACK> xr, dyr;
+    load_raw(row, col, xr, dyr);
+    derive(xr, dyr, col, mean, rstd, xh, g, dyv);
+  }
+  // dx = rstd * (g - c1 - x_hat * c2) as two FMAs: rstd * g + (x_hat * a + b)
+  // with a = -rstd * c2, b = -rstd * c1 (dx_coefs).
+  __device__ __forceinline__ void store_dx(int64_t row, int64_t col, const float3 &k,
+                                           const float (&xh)[PACK], const float (&g)[PACK]) const {
+    float dx[PACK];
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dx[i] = fmaf(k.x, g[i], fmaf(xh[i], k.y, k.z));
+    if (p.dsum != nullptr) {
+      float ds[PACK];
+      load_pack<T, PACK>(static_cast<const T *>(p.dsum) + row * p.dy_row_stride + col, ds);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) dx[i] += ds[i];
+    }
+    store_pack<T, PACK>(static_cast<T *>(p.dx) + row * p.dx_row_stride + col, dx);
+  }
+};
+
+constexpr int kBwdStages = kNormBwdStages;
+
+// A thread-private ring of rows in dynamic shared memory: for each stage,
+// this thread's NPACK packs of x and of dy (as stored) and the row's (mean,
+// rstd). Layout [stage][x, dy][k][thread] of packs, then [stage][thread] of
+// float2: consecutive threads touch consecutive slots (no bank conflicts).
+// Each thread reads only what it copied, so the ring needs no barriers.
+template <typename T, int PACK, int NPACK>
+struct BwdStaging {
+  using P = Pack<T, PACK>;
+  static_assert(sizeof(P) == PACK * sizeof(T), "packs are dense");
+  static constexpr size_t bytes(int threads) {  // host side (launch); constant-folded in static_asserts
+    return norm_bwd_staging_bytes(threads, NPACK, PACK, sizeof(T));
+  }
+  P *packs;
+  float2 *stats;
+  int threads;
+  __device__ BwdStaging(unsigned char *smem, int threads_)
+      : packs(reinterpret_cast<P *>(smem)),
+        stats(reinterpret_cast<float2 *>(smem + static_cast<size_t>(kBwdStages) * threads_ * 2 * NPACK * sizeof(P))),
+        threads(threads_) {}
+  __device__ __forceinline__ P &slot(int s, int j, int k) const {
+    return packs[((s * 2 + j) * NPACK + k) * threads + static_cast<int>(threadIdx.x)];
+  }
+  __device__ __forceinline__ float2 &stat(int s) const { return stats[s * threads + static_cast<int>(threadIdx.x)]; }
+
+  // Starts copying this thread's share of `row` (pack k at column
+  // (k * width + lane) * PACK) into stage s, then commits one group (empty
+  // when the row is not active: one group per step keeps the counts uniform).
+  __device__ __forceinline__ void issue(const NormBwdParams &p, int64_t row, bool active, int lane,
+                                        int width, int s) const {
+    if (active) {
+      const int64_t packs_per_row = p.cols / PACK;
+      const T *x = static_cast<const T *>(p.x) + row * p.x_row_stride;
+      const T *dy = static_cast<const T *>(p.dy) + row * p.dy_row_stride;
+#pragma unroll
+      for (int k = 0; k < NPACK; ++k) {
+        const int64_t pk = static_cast<int64_t>(k) * width + lane;
+        if (pk < packs_per_row) {
+          cp_async<sizeof(P)>(&slot(s, 0, k), x + pk * PACK);
+          cp_async<sizeof(P)>(&slot(s, 1, k), dy + pk * PACK);
+        }
+      }
+      if (!p.rms) cp_async<4>(&stat(s).x, p.mean + row);
+      cp_async<4>(&stat(s).y, p.rstd + row);
+    }
+    cp_async_commit();
+  }
+};
+
+// One row from stage s of the ring, held by `width` threads: (c1, c2) over
+// the row, this thread's columns of dgamma/dbeta accumulated in registers,
+// then dx. Up to 16 values per thread, x_hat and g stay in registers between
+// the passes (shared memory is read once); above that they are derived again
+// from the ring (registers are the occupancy limit there).
+// RMS (p.rms, compiled apart): no centring term c1 and no dbeta, so neither
+// their accumulators (registers: occupancy) nor their instructions.
+template <typename T, int PACK, int NPACK, bool RMS, class AllReduce2>
+__device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
+                                                    const BwdStaging<T, PACK, NPACK> &st, int s,
+                                                    int64_t row, bool active, int lane, int width,
+                                                    AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
+                                                    float (&db)[RMS ? 1 : NPACK][PACK]) {
+  // Measured on the H200 (fp16, 49152 rows): keeping them took 4096 and 8192
+  // columns from 67% to 76% of copy bandwidth; at 32 values the registers
+  // cost more than the second read (1 block of 512 threads per SM either way).
+  constexpr bool kKeepDerived = NPACK * PACK <= 16;
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t packs_per_row = p.cols / PACK;
+  float mean = 0.f, rstd = 0.f;
+  if (active) {
+    const float2 m = st.stat(s);
+    mean = RMS ? 0.f : m.x;
+    rstd = m.y;
+  }
+  float xh_keep[kKeepDerived ? NPACK : 1][PACK], g_keep[kKeepDerived ? NPACK : 1][PACK];
+  float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (active && pk < packs_per_row) {
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.derive(ld_pack<T, PACK>(st.slot(s, 0, k).v), ld_pack<T, PACK>(st.slot(s, 1, k).v), pk * PACK, mean,
+                  rstd, xh, g, dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        if constexpr (!RMS) acc.x += g[i];
+        acc.y += g[i] * xh[i];
+        dg[k][i] += dyv[i] * xh[i];
+        if constexpr (!RMS) db[k][i] += dyv[i];
+        if constexpr (kKeepDerived) {
+          xh_keep[k][i] = xh[i];
+          g_keep[k][i] = g[i];
+        }
+      }
+    }
+  }
+  acc = allreduce2(acc);
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  const float3 kdx = dx_coefs(rstd, RMS ? 0.f : acc.x * inv_cols, acc.y * inv_cols);
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) {
+      if constexpr (kKeepDerived) {
+        io.store_dx(row, pk * PACK, kdx, xh_keep[k], g_keep[k]);
+      } else {
+        float xh[PACK], g[PACK], dyv[PACK];
+        io.derive(ld_pack<T, PACK>(st.slot(s, 0, k).v), ld_pack<T, PACK>(st.slot(s, 1, k).v), pk * PACK, mean,
+                  rstd, xh, g, dyv);
+        io.store_dx(row, pk * PACK, kdx, xh, g);
+      }
+    }
+  }
+}
+
+// The rows base + group, base + stride + group, ... (base block-uniform, so
+// every thread reaches every reduction; rows past the end compute on nothing
+// and store nothing), kBwdStages - 1 rows copied ahead of the one worked on.
+template <typename T, int PACK, int NPACK, bool RMS, class AllReduce2>
+__device__ __forceinline__ void norm_bwd_rows_staged(const NormBwdParams &p,
+                                                     const BwdStaging<T, PACK, NPACK> &st, int64_t base,
+                                                     int64_t stride, int group, int lane, int width,
+                                                     AllReduce2 allreduce2, float (&dg)[NPACK][PACK],
+                                                     float (&db)[RMS ? 1 : NPACK][PACK]) {
+#pragma unroll
+  for (int s = 0; s + 1 < kBwdStages; ++s) {
+    const int64_t row = base + s * stride + group;
+    st.issue(p, row, row < p.rows, lane, width, s);
+  }
+  int s = 0;
+  for (; base < p.rows; base += stride) {
+    const int64_t ahead = base + (kBwdStages - 1) * stride + group;
+    st.issue(p, ahead, ahead < p.rows, lane, width, s == 0 ? kBwdStages - 1 : s - 1);
+    cp_async_wait<kBwdStages - 1>();  // this row's group has landed
+    const int64_t row = base + group;
+    norm_bwd_row_staged<T, PACK, NPACK, RMS>(p, st, s, row, row < p.rows, lane, width, allreduce2, dg, db);
+    s = s + 1 == kBwdStages ? 0 : s + 1;
+  }
+  cp_async_wait<0>();
+}
+
+template <bool RMS, int NPACK, int PACK>
+__device__ __forceinline__ void zero_accumulators(float (&dg)[NPACK][PACK], float (&db)[RMS ? 1 : NPACK][PACK]) {
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) dg[k][i] = 0.f;
+#pragma unroll
+  for (int k = 0; k < (RMS ? 1 : NPACK); ++k)
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) db[k][i] = 0.f;
+}
+
+constexpr int kBwdWarpBlock = 128;
+
+// Assumptions: blockDim.x == kBwdWarpBlock; dynamic shared memory holds
+// BwdStaging<T, PACK, NPACK>::bytes(kBwdWarpBlock).
+// RMS == p.rms.
+template <typename T, int PACK, int NPACK, bool RMS>
+__global__ void __launch_bounds__(kBwdWarpBlock) norm_bwd_warp_kernel(NormBwdParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const BwdStaging<T, PACK, NPACK> st(smem_raw, kBwdWarpBlock);
+  const int width = 1 << p.width_log2;
+  const int lane = threadIdx.x & (width - 1);
+  const int groups_per_block = kBwdWarpBlock >> p.width_log2;
+  const int group = threadIdx.x >> p.width_log2;
+  float dg[NPACK][PACK], db[RMS ? 1 : NPACK][PACK];
+  zero_accumulators<RMS>(dg, db);
+  norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
+      p, st, static_cast<int64_t>(blockIdx.x) * groups_per_block,
+      static_cast<int64_t>(gridDim.x) * groups_per_block, group, lane, width,
+      [width](float2 v) { return group_allreduce<Sum2Op>(v, width); }, dg, db);
+  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;
+  // The block's groups' partial sums, combined in group order, in the
+  // staging ring's memory (free now: every copy landed, every thread is past
+  // its last read after the barrier; launch_norm_bwd asserts that it fits).
+  float *combine = reinterpret_cast<float *>(smem_raw);
+  __syncthreads();
+  const int64_t cols_covered = static_cast<int64_t>(width) * NPACK * PACK;
+  for (int which = 0; which < (RMS ? 1 : 2); ++which) {
+    float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
+    if (out == nullptr) continue;  // uniform
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k)
+#pragma unroll
+      for (int i = 0; i < PACK; ++i)
+        combine[group * cols_covered + (static_cast<int64_t>(k) * width + lane) * PACK + i] =
+            which == 0 ? dg[k][i] : db[RMS ? 0 : k][i];
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < p.cols; c += kBwdWarpBlock) {
+      float s = 0.f;
+      for (int gi = 0; gi < groups_per_block; ++gi) s += combine[gi * cols_covered + c];
+      out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = s;
+    }
+    __syncthreads();
+  }
+}
+
+// All-reduce of a float2 over a cluster of p.cluster blocks that share a row
+// (thread block clusters, sm_90): each block's sum goes to a slot in its
+// shared memory, one cluster barrier, then every thread adds the slots of
+// all blocks in rank order (the same bits in every block). Two slots
+// alternate by row, so a slot is rewritten only after the next row's barrier,
+// which every block passes after reading it.
+struct ClusterSum2 {
+  float2 *scratch;  // 32 entries: block_allreduce's
+  float2 *slots;    // 2 entries
+  int cluster;
+  __device__ __forceinline__ float2 operator()(float2 v, int parity) const {
+    v = block_allreduce<Sum2Op>(v, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group c = cg::this_cluster();
+      if (threadIdx.x == 0) slots[parity] = v;
+      c.sync();
+      float2 t = make_float2(0.f, 0.f);
+      for (int r = 0; r < cluster; ++r) {
+        const float2 *peer = c.map_shared_rank(slots + parity, r);
+        t.x += peer->x;
+        t.y += peer->y;
+      }
+      v = t;
+    }
+#endif
+    return v;
+  }
+};
+
+// One row per block, or per cluster of p.cluster blocks (launched as a thread
+// block cluster): block r of a cluster holds the lanes r * blockDim.x + tid
+// of a row p.cluster * blockDim.x lanes wide, so its columns interleave with
+// its peers' at pack granularity. Partial row of a cluster = its index.
+// Assumptions: blockDim.x == p.block_threads, a multiple of 32, <= 512;
+// p.cols <= p.cluster * blockDim.x * NPACK * PACK; gridDim.x is a multiple
+// of p.cluster; dynamic shared memory holds BwdStaging<T, PACK, NPACK>::bytes(blockDim.x).
+// CLUSTER = false: the plain one-block-per-row kernel (p.cluster == 1),
+// compiled apart so that it carries none of the cluster's registers.
+// RMS == p.rms.
+template <typename T, int PACK, int NPACK, bool CLUSTER, bool RMS>
+__global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float2 scratch_storage[32];
+  __shared__ float2 cluster_slots[CLUSTER ? 2 : 1];
+  const BwdStaging<T, PACK, NPACK> st(smem_raw, static_cast<int>(blockDim.x));
+  float dg[NPACK][PACK], db[RMS ? 1 : NPACK][PACK];
+  zero_accumulators<RMS>(dg, db);
+  const int cluster = CLUSTER ? p.cluster : 1;
+  const int rank = static_cast<int>(blockIdx.x) % cluster;
+  const int64_t group_index = blockIdx.x / cluster;
+  const int lane = rank * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+  const int width = cluster * static_cast<int>(blockDim.x);
+  const ClusterSum2 reduce{scratch_storage, cluster_slots, cluster};
+  int parity = 0;
+  if constexpr (CLUSTER) {
+    norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
+        p, st, group_index, gridDim.x / cluster, 0, lane, width,
+        [&](float2 v) {
+          v = reduce(v, parity);
+          parity ^= 1;
+          return v;
+        },
+        dg, db);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // No block may leave while a peer can still read its slots.
+    cooperative_groups::this_cluster().sync();
+#endif
+  } else {
+    norm_bwd_rows_staged<T, PACK, NPACK, RMS>(
+        p, st, blockIdx.x, gridDim.x, 0, lane, width,
+        [&](float2 v) { return block_allreduce<Sum2Op>(v, scratch_storage); }, dg, db);
+  }
+  const int64_t packs_per_row = p.cols / PACK;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk >= packs_per_row) continue;
+    const int64_t off = group_index * p.cols + pk * PACK;
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) {
+      if (p.dgamma_partial != nullptr) p.dgamma_partial[off + i] = dg[k][i];
+      if constexpr (!RMS) {
+        if (p.dbeta_partial != nullptr) p.dbeta_partial[off + i] = db[k][i];
+      }
+    }
+  }
+}
+
+// Column-tiled tier, kernel 1: (c1, c2) of each row, one block per row.
+template <typename T, int PACK>
+__global__ void __launch_bounds__(512) norm_bwd_row_coef_kernel(NormBwdParams p) {
+  __shared__ float2 scratch[32];
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const float mean = p.rms ? 0.f : p.mean[row];
+    const float rstd = p.rstd[row];
+    float2 acc = make_float2(0.f, 0.f);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.load(row, pk * PACK, mean, rstd, xh, g, dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        acc.x += g[i];
+        acc.y += g[i] * xh[i];
+      }
+    }
+    acc = block_allreduce<Sum2Op>(acc, scratch);
+    if (threadIdx.x == 0) {
+      p.row_coef[2 * row] = p.rms ? 0.f : acc.x * inv_cols;
+      p.row_coef[2 * row + 1] = acc.y * inv_cols;
+    }
+  }
+}
+
+constexpr int kTileRowsPerBlock = 8;  // blockDim = (32, 8)
+
+// Column-tiled tier, kernel 2: blockIdx.x picks 32 packs of columns,
+// blockIdx.y a strided slice of rows; dx per element, partial sums per column.
+template <typename T, int PACK>
+__global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(NormBwdParams p) {
+  __shared__ float combine[kTileRowsPerBlock][32 * PACK + 1];
+  const BwdRowIo<T, PACK> io{p};
+  const int64_t pk = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const bool in_cols = pk < p.cols / PACK;
+  float dg[PACK], db[PACK];
+#pragma unroll
+  for (int i = 0; i < PACK; ++i) dg[i] = db[i] = 0.f;
+  if (in_cols) {
+    // Rows are walked from the last: kernel 1 read them first to last, so
+    // the last rows' x and dy may still be in L2.
+    for (int64_t k = static_cast<int64_t>(blockIdx.y) * kTileRowsPerBlock + threadIdx.y; k < p.rows;
+         k += static_cast<int64_t>(gridDim.y) * kTileRowsPerBlock) {
+      const int64_t row = p.rows - 1 - k;
+      const float mean = p.rms ? 0.f : p.mean[row];
+      const float rstd = p.rstd[row];
+      float xh[PACK], g[PACK], dyv[PACK];
+      io.load(row, pk * PACK, mean, rstd, xh, g, dyv);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) {
+        dg[i] += dyv[i] * xh[i];
+        db[i] += dyv[i];
+      }
+      io.store_dx(row, pk * PACK, dx_coefs(rstd, p.row_coef[2 * row], p.row_coef[2 * row + 1]), xh, g);
+    }
+  }
+  for (int which = 0; which < 2; ++which) {
+    float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
+    if (out == nullptr) continue;  // uniform
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) combine[threadIdx.y][threadIdx.x * PACK + i] = which == 0 ? dg[i] : db[i];
+    __syncthreads();
+    // Rows of the tile summed in order: threads of row 0..7 each finish a
+    // share of the tile's columns.
+    for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * PACK; c += 32 * kTileRowsPerBlock) {
+      const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 * PACK + c;
+      if (col >= p.cols) continue;
+      float s = 0.f;
+      for (int r = 0; r < kTileRowsPerBlock; ++r) s += combine[r][c];
+      out[static_cast<int64_t>(blockIdx.y) * p.cols + col] = s;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+const void *norm_bwd_kernel(bool rms, bool cluster) {
+  if constexpr (TIER == Tier::Warp) {
+    return rms ? reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, true>)
+               : reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, false>);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    if (cluster)
+      return rms ? reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true, true>)
+                 : reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, true, false>);
+    return rms ? reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false, true>)
+               : reinterpret_cast<const void *>(norm_bwd_block_kernel<T, PACK, NPACK, false, false>);
+  } else {
+    return reinterpret_cast<const void *>(norm_bwd_tile_kernel<T, PACK>);
+  }
+}
+
+// Dynamic shared memory of the main kernel at `threads` per block.
+template <typename T, int PACK, Tier TIER, int NPACK>
+constexpr size_t norm_bwd_smem(int threads) {
+  if constexpr (TIER == Tier::ColumnTiled) {
+    return 0;
+  } else {
+    return BwdStaging<T, PACK, NPACK>::bytes(threads);
+  }
+}
+
+// The grid of the main kernel; it is also the number of partial rows.
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int *grid) {
+  const void *kernel = norm_bwd_kernel<T, PACK, TIER, NPACK>(p.rms, p.cluster > 1);
+  const int64_t sms = ctx.dev.sm_count;
+  int occ = 0;
+  if constexpr (TIER == Tier::Warp) {
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, kBwdWarpBlock,
+                                       norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), &occ);
+    if (err != cudaSuccess) return err;
+    if (occ == 0) return cudaErrorInvalidConfiguration;
+    const int64_t groups_per_block = kBwdWarpBlock >> p.width_log2;
+    *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    // (also opens the cluster kernel's shared memory limit before its launch)
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads,
+                                       norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), &occ);
+    if (err != cudaSuccess) return err;
+    if (occ == 0) return cudaErrorInvalidConfiguration;
+    // Clusters (a row each): as many as the resident blocks make, at least one.
+    *grid = static_cast<int>(std::min(p.rows, std::max<int64_t>(1, sms * occ / p.cluster)));
+  } else {
+    cudaError_t err = cached_occupancy(ctx.cache, kernel, 32 * kTileRowsPerBlock, 0, &occ);
+    if (err != cudaSuccess) return err;
+    // Enough row slices that all column tiles together fill the device.
+    const int64_t tiles = ceil_div(p.cols / PACK, 32);
+    const int64_t want = ceil_div(sms * std::max(occ, 1), tiles);
+    *grid = static_cast<int>(std::max<int64_t>(
+        1, std::min({want, ceil_div(p.rows, kTileRowsPerBlock), int64_t{65535}})));
+  }
+  return cudaSuccess;
+}
+
+// The register tiers' main kernel, compiled apart for RMSNorm (RMS == p.rms).
+template <typename T, int PACK, Tier TIER, int NPACK, bool RMS>
+cudaError_t launch_norm_bwd_staged(const NormBwdParams &p, const LaunchContext &ctx) {
+  if constexpr (TIER == Tier::Warp) {
+    static_assert(kBwdWarpBlock * NPACK * PACK * sizeof(float) <= norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock),
+                  "the group combine buffer fits in the staging ring");
+    norm_bwd_warp_kernel<T, PACK, NPACK, RMS>
+        <<<p.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), ctx.stream>>>(p);
+  } else {
+    static_assert(NPACK * PACK <= 32, "registers: two fp32 accumulators per value at 512 threads");
+    const size_t smem = norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads);
+    if (p.cluster == 1) {
+      norm_bwd_block_kernel<T, PACK, NPACK, false, RMS><<<p.grid, p.block_threads, smem, ctx.stream>>>(p);
+    } else {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(static_cast<unsigned>(p.grid) * static_cast<unsigned>(p.cluster));
+      config.blockDim = dim3(static_cast<unsigned>(p.block_threads));
+      config.dynamicSmemBytes = smem;
+      config.stream = ctx.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+      cudaError_t err = cudaLaunchKernelEx(&config, norm_bwd_block_kernel<T, PACK, NPACK, true, RMS>, p);
+      if (err != cudaSuccess) return err;
+    }
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
+  if constexpr (TIER == Tier::Warp || TIER == Tier::BlockRegisters) {
+    return p.rms ? launch_norm_bwd_staged<T, PACK, TIER, NPACK, true>(p, ctx)
+                 : launch_norm_bwd_staged<T, PACK, TIER, NPACK, false>(p, ctx);
+  } else {
+    static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
+    int occ = 0;
+    cudaError_t err = cached_occupancy(
+        ctx.cache, reinterpret_cast<const void *>(norm_bwd_row_coef_kernel<T, PACK>), 512, 0, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t coef_grid =
+        std::min<int64_t>(p.rows, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1));
+    norm_bwd_row_coef_kernel<T, PACK><<<static_cast<unsigned>(coef_grid), 512, 0, ctx.stream>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.cols / PACK, 32)), static_cast<unsigned>(p.grid));
+    norm_bwd_tile_kernel<T, PACK><<<grid, dim3(32, kTileRowsPerBlock), 0, ctx.stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fnorm

@@ -1,0 +1,368 @@
+// LayerNorm / RMSNorm forward (optionally "add & norm"): tiers over one
+// load/store functor pair.
+//
+//   Warp      cols <= 32 * NPACK * PACK: a group of `width` lanes (1..32)
+//             holds a row in registers; mean and variance are exact two-pass
+//             sums over registers (no division per element, and no
+//             E[x^2] - E[x]^2 cancellation).
+//   BlockRegisters
+//             cols <= 1024 * NPACK * PACK: one block per row, the row in
+//             registers, the same two-pass statistics with block reductions.
+//             (Where registers allow only one such block per SM, the planner
+//             picks BlockSmem instead when that keeps two or more.)
+//   BlockSmem one block per row; the row is cached in shared memory as T,
+//             so x is read from device memory once; exact two-pass stats.
+//   BlockUncached
+//             one block per row when the row does not fit in shared memory;
+//             chunked Welford on the first read, normalize on the second.
+//
+// Fusions (residual add, casts, activations) go into the functors: the
+// kernels only move packs of fp32 values between them.
+#pragma once
+
+#include <algorithm>
+
+#include "core/device.cuh"
+#include "norm/norm_params.hpp"
+
+namespace fnorm {
+
+// Reads packs of the normalized input s as fp32: s = x, or s = x + r rounded
+// to T (what an unfused add would store), written to `sum` when asked.
+template <typename T, int PACK>
+struct LoadRow {
+  const T *__restrict__ x;
+  const T *__restrict__ residual;  // optional
+  T *__restrict__ sum;             // optional (only with residual)
+  int64_t row_stride;
+  using P = Pack<T, PACK>;
+  // v (x widened) += r, rounded to T, and written to sum when asked.
+  __device__ __forceinline__ void add_residual(float (&v)[PACK], const P &r, int64_t off) const {
+    float rv[PACK];
+    widen_pack<T, PACK>(r, rv);
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) v[i] = round_to<T>(v[i] + rv[i]);
+    if (sum != nullptr) store_pack<T, PACK>(sum + off, v);
+  }
+  __device__ __forceinline__ void load(float (&v)[PACK], int64_t row, int64_t col) const {
+    const int64_t off = row * row_stride + col;
+    load_pack<T, PACK>(x + off, v);
+    if (residual != nullptr) add_residual(v, ld_pack<T, PACK>(residual + off), off);
+  }
+  // Starts copying the pack of x at (row, col) to shared memory (cp.async;
+  // the caller waits for it). Only without a residual: s = x there.
+  __device__ __forceinline__ void copy_x_async(T *dst, int64_t row, int64_t col) const {
+    cp_async<sizeof(P)>(dst, x + row * row_stride + col);
+  }
+};
+
+// Applies the affine parameters (each optional; in T or fp32; gamma possibly
+// zero-centred) to normalized values and writes y.
+template <typename T, int PACK>
+struct StoreAffine {
+  T *__restrict__ y;
+  int64_t row_stride;
+  const void *__restrict__ gamma;
+  const void *__restrict__ beta;
+  bool param_f32;
+  bool zero_centered;
+  __device__ __forceinline__ void store(float (&v)[PACK], int64_t row, int64_t col) const {
+    if (gamma != nullptr) {
+      float g[PACK];
+      load_param<T, PACK>(gamma, param_f32, col, g);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] *= zero_centered ? 1.f + g[i] : g[i];
+    }
+    if (beta != nullptr) {
+      float b[PACK];
+      load_param<T, PACK>(beta, param_f32, col, b);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] += b[i];
+    }
+    store_pack<T, PACK>(y + row * row_stride + col, v);
+  }
+};
+
+__device__ __forceinline__ void store_stats(const NormFwdParams &p, int64_t row, float mean,
+                                            float rstd) {
+  if (p.mean != nullptr) p.mean[row] = mean;  // always NULL for RMSNorm
+  if (p.rstd != nullptr) p.rstd[row] = rstd;
+}
+
+constexpr int kWarpTierBlock = 128;
+
+// One row held in registers by `width` threads (lane 0..width-1), NPACK packs
+// each, pack k of lane l at column (k * width + l) * PACK (coalesced).
+// `allreduce` sums a float over the threads sharing the row. Exact two-pass
+// statistics over the registers.
+template <typename T, int PACK, int NPACK, class Load, class Store, class AllReduce>
+__device__ __forceinline__ void norm_row_registers(const NormFwdParams &p, const Load &load,
+                                                        const Store &store, int64_t row, bool active,
+                                                        int lane, int width, AllReduce allreduce) {
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  float v[NPACK][PACK];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (active && pk < packs_per_row) {
+      load.load(v[k], row, pk * PACK);
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[k][i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) sum += v[k][i];
+  }
+  // RMSNorm: no centring, so the sum of squares about zero (p.rms is uniform
+  // across the kernel: every lane skips the same reduction).
+  const float mean = p.rms ? 0.f : allreduce(sum) * inv_cols;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
+    }
+  }
+  const float rstd = rsqrtf(allreduce(sq) * inv_cols + p.eps);
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < NPACK; ++k) {
+    const int64_t pk = static_cast<int64_t>(k) * width + lane;
+    if (pk < packs_per_row) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
+      store.store(v[k], row, pk * PACK);
+    }
+  }
+  if (lane == 0) store_stats(p, row, mean, rstd);
+}
+
+// Assumptions: blockDim.x == kWarpTierBlock; 1 << p.width_log2 lanes per row;
+// p.cols <= (1 << p.width_log2) * NPACK * PACK.
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(kWarpTierBlock)
+    norm_fwd_warp_kernel(NormFwdParams p, Load load, Store store) {
+  const int width = 1 << p.width_log2;
+  const int lane = threadIdx.x & (width - 1);
+  const int groups_per_block = kWarpTierBlock >> p.width_log2;
+  const int group = threadIdx.x >> p.width_log2;
+  // The loop bound is block-uniform, so every lane reaches every shuffle;
+  // groups past the last row compute on zeros and store nothing.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + group;
+    norm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
+                                            [width](float v) { return group_allreduce<SumOp>(v, width); });
+  }
+}
+
+// One block per row, the row in registers. Blocks of up to 1024 threads at
+// NPACK * PACK <= 32 values per thread stay within 64 registers.
+// Assumptions: blockDim.x is a multiple of 32; p.cols <= blockDim.x * NPACK * PACK.
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    norm_fwd_block_kernel(NormFwdParams p, Load load, Store store) {
+  __shared__ float scratch_storage[32];
+  float *scratch = scratch_storage;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    norm_row_registers<T, PACK, NPACK>(
+        p, load, store, row, true, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
+        [scratch](float v) { return block_allreduce<SumOp>(v, scratch); });
+  }
+}
+
+// Assumptions: dynamic shared memory holds p.cols elements of T (16-byte
+// aligned); any blockDim.x that is a multiple of 32, up to 1024.
+template <typename T, int PACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    norm_fwd_smem_kernel(NormFwdParams p, Load load, Store store) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *cache = reinterpret_cast<T *>(smem_raw);
+  __shared__ float scratch[32];
+  const int64_t packs_per_row = p.cols / PACK;
+  const float inv_cols = 1.f / static_cast<float>(p.cols);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    // Each thread touches only its own packs of the cache, so the cache
+    // needs no barrier of its own (block_allreduce has them). Without a
+    // residual, x goes to the cache by cp.async: all of this thread's copies
+    // in flight at once (a load-then-store loop has one).
+    float acc = 0.f;  // LayerNorm: the sum; RMSNorm: the sum of squares
+    if (p.residual == nullptr) {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x)
+        load.copy_x_async(cache + pk * PACK, row, pk * PACK);
+      cp_async_commit();
+      cp_async_wait<0>();
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) acc += p.rms ? v[i] * v[i] : v[i];
+      }
+    } else {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load.load(v, row, pk * PACK);  // writes sum, when asked, on this only read
+        store_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) acc += p.rms ? v[i] * v[i] : v[i];
+      }
+    }
+    // Stats come from the values as cached (rounded to T), i.e. exactly s's;
+    // LayerNorm's variance is a second pass about the mean.
+    float mean = 0.f, sq = acc;
+    if (!p.rms) {
+      mean = block_allreduce<SumOp>(acc, scratch) * inv_cols;
+      sq = 0.f;
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) sq += (v[i] - mean) * (v[i] - mean);
+      }
+    }
+    const float rstd = rsqrtf(block_allreduce<SumOp>(sq, scratch) * inv_cols + p.eps);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      store.store(v, row, pk * PACK);
+    }
+    if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
+  }
+}
+
+// The second read of each row goes through `reload`, which does not write
+// sum again (it is the same load without the sum output).
+template <typename T, int PACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    norm_fwd_uncached_kernel(NormFwdParams p, Load load, Store store) {
+  Load reload = load;
+  reload.sum = nullptr;
+  __shared__ Welford scratch[32];
+  const int64_t packs_per_row = p.cols / PACK;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    Welford w = WelfordOp::identity();
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      load.load(v, row, pk * PACK);
+      w = welford_chunk<PACK>(w, v);
+    }
+    w = block_allreduce<WelfordOp>(w, scratch);
+    const float var = w.m2 / static_cast<float>(p.cols);
+    // RMSNorm: mean square = variance + mean^2 (both terms >= 0: no cancellation).
+    const float mean = p.rms ? 0.f : w.mean;
+    const float rstd = rsqrtf((p.rms ? var + w.mean * w.mean : var) + p.eps);
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      reload.load(v, row, pk * PACK);
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      store.store(v, row, pk * PACK);
+    }
+    if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
+  }
+}
+
+// Block size for the one-block-per-row tiers: the most resident threads that
+// have a pack to work on, and the larger block at equal residency (fewer,
+// longer-lived blocks amortize the per-row reductions). A block is never
+// wider than the row's packs (rounded up to a warp), except 128 as a floor.
+template <class Kernel>
+cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
+                           int64_t packs_per_row, int *block, int *blocks_per_sm) {
+  const int64_t useful = std::max<int64_t>(128, ceil_div(packs_per_row, 32) * 32);
+  int64_t best_threads = 0;
+  *block = 0;
+  *blocks_per_sm = 0;
+  for (int b : {128, 256, 512, 1024}) {
+    if (b > useful) break;
+    int occ = 0;
+    cudaError_t err =
+        cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), b, smem, &occ);
+    if (err != cudaSuccess) return err;
+    const int64_t busy = static_cast<int64_t>(occ) * std::min<int64_t>(b, packs_per_row);
+    if (occ > 0 && busy >= best_threads) {
+      best_threads = busy;
+      *block = b;
+      *blocks_per_sm = occ;
+    }
+  }
+  return *block > 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
+}
+
+// A block per row, one wave of resident blocks striding over the rows.
+template <class Kernel, class Load, class Store>
+cudaError_t launch_row_blocks(const NormFwdParams &p, const LaunchContext &ctx, Kernel kernel, int block,
+                              int blocks_per_sm, size_t smem, const Load &load, const Store &store) {
+  const int64_t grid = std::min({p.rows, static_cast<int64_t>(ctx.dev.sm_count) * blocks_per_sm,
+                                 int64_t{2147483647}});
+  kernel<<<static_cast<unsigned>(grid), block, smem, ctx.stream>>>(p, load, store);
+  return cudaGetLastError();
+}
+
+// Executes the plan (norm/norm_plan.cpp); decides nothing but the grid and,
+// for the one-block-per-row tiers, the block size by occupancy. With
+// p.occupancy_query set it launches nothing and reports the blocks per SM
+// its kernel would get (the planner's configure pass).
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchContext &ctx) {
+  using Load = LoadRow<T, PACK>;
+  using Store = StoreAffine<T, PACK>;
+  const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
+                  static_cast<T *>(p.sum), p.x_row_stride};
+  const Store store{static_cast<T *>(p.y), p.y_row_stride, p.gamma, p.beta, p.param_f32,
+                    p.zero_centered};
+  const int64_t max_grid = 2147483647;
+  if constexpr (TIER == Tier::Warp) {
+    auto kernel = norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
+    int occ = 0;
+    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+                                       kWarpTierBlock, 0, &occ);
+    if (err != cudaSuccess) return err;
+    if (p.occupancy_query != nullptr) {
+      *p.occupancy_query = occ;
+      return cudaSuccess;
+    }
+    const int64_t groups_per_block = kWarpTierBlock >> p.width_log2;
+    // A persistent grid: one wave of resident blocks strides over the rows.
+    const int64_t grid = std::min({ceil_div(p.rows, groups_per_block),
+                                   static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1),
+                                   max_grid});
+    kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    static_assert(NPACK * PACK <= kWarpMaxElemsPerThread,
+                  "more than 32 values per thread would spill at 1024 threads");
+    auto kernel = norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
+    int occ = 0;
+    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+                                       p.block_threads, 0, &occ);
+    if (err != cudaSuccess) return err;
+    if (p.occupancy_query != nullptr) {
+      *p.occupancy_query = occ;
+      return cudaSuccess;
+    }
+    if (occ == 0) return cudaErrorInvalidConfiguration;
+    return launch_row_blocks(p, ctx, kernel, p.block_threads, occ, 0, load, store);
+  } else {
+    static_assert(NPACK == 0, "block tiers take no NPACK");
+    const size_t smem = TIER == Tier::BlockSmem ? static_cast<size_t>(p.cols) * sizeof(T) : 0;
+    auto kernel = TIER == Tier::BlockSmem ? norm_fwd_smem_kernel<T, PACK, Load, Store>
+                                          : norm_fwd_uncached_kernel<T, PACK, Load, Store>;
+    int block = 0, occ = 0;
+    cudaError_t err = pick_row_block(ctx, kernel, smem, p.cols / PACK, &block, &occ);
+    if (err != cudaSuccess) return err;
+    if (p.occupancy_query != nullptr) {
+      *p.occupancy_query = occ;
+      return cudaSuccess;
+    }
+    return launch_row_blocks(p, ctx, kernel, block, occ, smem, load, store);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fnorm

@@ -1,0 +1,119 @@
+// LayerNorm / RMSNorm launch parameters and dispatch-table types, shared by
+// the host runtime (plain C++) and the generated kernel instantiations
+// (CUDA). No device code. Tier and the pack limits come from the generator
+// (kernel_config.hpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/launch.hpp"
+#include "fusednorm.h"
+#include "kernel_config.hpp"
+
+namespace fnorm {
+
+// Assumptions: x/y/residual/sum are aligned to pack * sizeof(T), gamma/beta to
+// pack * sizeof(T) (T parameters) or 4 * min(pack, 4) bytes (fp32
+// parameters); cols and both row strides are multiples of the pack; rows,
+// cols >= 1. The runtime checks all of it before choosing an instance.
+struct NormFwdParams {
+  const void *x = nullptr;
+  const void *residual = nullptr;  // optional
+  void *sum = nullptr;             // optional, with residual; x's row stride
+  void *y = nullptr;
+  const void *gamma = nullptr;  // optional
+  const void *beta = nullptr;   // optional
+  float *mean = nullptr;        // optional, rows elements (LayerNorm only)
+  float *rstd = nullptr;        // optional, rows elements (rrms for RMSNorm)
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_row_stride = 0;  // elements (also residual's and sum's)
+  int64_t y_row_stride = 0;  // elements
+  float eps = 0.f;
+  bool rms = false;            // RMSNorm: no centring, no beta
+  bool param_f32 = false;      // gamma/beta are fp32 (else T)
+  bool zero_centered = false;  // scale is 1 + gamma
+  int width_log2 = 0;          // warp tier: log2 of the lanes that share a row
+  int block_threads = 0;       // block-register tier: threads per block (a multiple of 32)
+  // The planner's configure pass: when set, the launch writes the blocks per
+  // SM its kernel gets here and launches nothing.
+  int *occupancy_query = nullptr;
+};
+
+// Assumptions as NormFwdParams for x/dy/dsum/dx and gamma.
+struct NormBwdParams {
+  const void *x = nullptr;  // the normalized input s
+  const void *dy = nullptr;
+  const void *gamma = nullptr;  // optional
+  const void *dsum = nullptr;   // optional: gradient reaching s from the residual path
+  const float *mean = nullptr;  // LayerNorm only
+  const float *rstd = nullptr;
+  void *dx = nullptr;
+  // Per-block partial sums over rows, [grid][cols] each (null: not wanted).
+  float *dgamma_partial = nullptr;
+  float *dbeta_partial = nullptr;
+  float *row_coef = nullptr;  // column-tiled tier: [rows][2] row coefficients
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_row_stride = 0;
+  int64_t dy_row_stride = 0;  // also dsum's
+  int64_t dx_row_stride = 0;
+  bool rms = false;
+  bool param_f32 = false;
+  bool zero_centered = false;
+  int width_log2 = 0;
+  int block_threads = 0;
+  int grid = 0;     // partial rows (clusters, or blocks); from the instance's grid function
+  int cluster = 1;  // block-register tier: blocks that share a row (a thread block cluster)
+};
+
+#ifndef FNORM_NORM_BWD_STAGES
+#define FNORM_NORM_BWD_STAGES 2
+#endif
+// Backward register tiers: rows of x/dy a thread has in flight (cp.async into
+// shared memory) while it works on the row before them, plus that row.
+constexpr int kNormBwdStages = FNORM_NORM_BWD_STAGES;
+static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and one in flight");
+
+// Dynamic shared memory of the backward register tiers' staging ring at
+// `threads` per block: per stage and thread, npack packs of x and of dy and
+// the row's (mean, rstd).
+constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(kNormBwdStages) * static_cast<size_t>(threads) *
+         (2 * static_cast<size_t>(npack) * static_cast<size_t>(pack) * elem_bytes + 2 * sizeof(float));
+}
+
+using NormFwdLaunchFn = cudaError_t (*)(const NormFwdParams &, const LaunchContext &);
+using NormBwdLaunchFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &);
+// The grid (and so the number of partial rows) the launch will use.
+using NormBwdGridFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &, int *grid);
+
+struct NormFwdInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  Tier tier;
+  int npack;
+  NormFwdLaunchFn launch;
+  const char *name;
+};
+
+struct NormBwdInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  Tier tier;
+  int npack;
+  NormBwdLaunchFn launch;
+  NormBwdGridFn grid;
+  const char *name;
+};
+
+// The generated dispatch tables (build directory: dispatch_table.cpp).
+extern const NormFwdInstance kNormFwdInstances[];
+extern const size_t kNormFwdInstanceCount;
+extern const NormBwdInstance kNormBwdInstances[];
+extern const size_t kNormBwdInstanceCount;
+
+}  // namespace fnorm

@@ -1,0 +1,243 @@
+// LayerNorm / RMSNorm planning: which instance, tier, pack, block and grid a
+// call runs with, and the workspace it needs. The size queries and the
+// launches both call these, so they cannot disagree.
+#include <algorithm>
+
+#include "norm/norm.hpp"
+
+namespace fnorm {
+
+namespace {
+
+// The instance of `tier` for (dtype, pack) with the fewest packs per thread
+// among those `fits` accepts, or null.
+template <class Instance, class Fits>
+const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t dtype, int pack,
+                             Tier tier, Fits fits) {
+  const Instance *best = nullptr;
+  for (size_t i = 0; i < count; ++i) {
+    const Instance &c = table[i];
+    if (c.dtype == dtype && c.pack == pack && c.tier == tier && fits(c.npack) &&
+        (best == nullptr || c.npack < best->npack))
+      best = &c;
+  }
+  return best;
+}
+
+// One block per row, or per cluster of `cluster` blocks: a whole number of
+// warps per block holding its share of the row, the fewest packs per thread
+// that `fits` accepts. Leaves `plan` unchanged and returns false when none does.
+template <class Instance, class Fits>
+bool plan_block_tier(const Instance *table, size_t count, const RowView &view, int cluster,
+                     int64_t max_block, Fits fits, Plan<Instance> &plan) {
+  const int64_t packs = view.cols / plan.pack;
+  auto block_for = [&](int n) { return ceil_div(ceil_div(packs, int64_t{cluster} * n), 32) * 32; };
+  const Instance *inst = fewest_npack(table, count, view.dtype, plan.pack, Tier::BlockRegisters, [&](int n) {
+    return block_for(n) <= max_block && fits(Tier::BlockRegisters, n, block_for(n));
+  });
+  if (inst == nullptr) return false;
+  plan.instance = inst;
+  plan.tier = Tier::BlockRegisters;
+  plan.npack = inst->npack;
+  plan.width_log2 = 0;
+  plan.block_threads = static_cast<int>(block_for(inst->npack));
+  plan.cluster = cluster;
+  return true;
+}
+
+// The register tiers, shared by forward and backward: a group of lanes per
+// row, else one block (of at most max_block threads) per row. They aim at
+// target_npack packs per thread (independent loads in flight before the
+// first reduction): the narrowest power-of-two group that gets there, then
+// the fewest packs per thread that cover the row. Returns false when the row
+// is too long for registers.
+// `fits(tier, npack, threads)` says whether an instance may run at that many
+// threads per block (registers / shared memory of the op).
+template <class Instance, class Fits>
+bool plan_register_tiers(const Instance *table, size_t count, const RowView &view, const DeviceInfo &dev,
+                         int64_t target_npack, int64_t max_block, Fits fits, Plan<Instance> &plan) {
+  const int64_t packs = view.cols / plan.pack;
+  int width_log2 = 0;
+  while ((target_npack << width_log2) < packs && width_log2 < 5) ++width_log2;
+  // Few rows: spread each row over more lanes (fewer packs each) until the
+  // rows fill the device's resident threads, so small problems still use
+  // every SM (49152 rows of 32 fp16 columns ran 2x slower at one lane per
+  // row on the H200, 2026-11-22).
+  const int64_t resident = int64_t{dev.sm_count} * dev.max_threads_per_sm;
+  while (width_log2 < 5 && (int64_t{1} << width_log2) < packs && (view.rows << width_log2) < resident)
+    ++width_log2;
+  const int64_t need = (packs + (int64_t{1} << width_log2) - 1) >> width_log2;
+  plan.instance = fewest_npack(table, count, view.dtype, plan.pack, Tier::Warp,
+                               [&](int n) { return n >= need && fits(Tier::Warp, n, 128); });
+  if (plan.instance != nullptr) {
+    plan.tier = Tier::Warp;
+    plan.npack = plan.instance->npack;
+    plan.width_log2 = width_log2;
+    return true;
+  }
+  return plan_block_tier(table, count, view, 1, max_block, fits, plan);
+}
+
+auto any_npack = [](int) { return true; };
+
+// Blocks per SM the instance's kernel gets for this view and plan (the
+// launch's configure pass: nothing is launched).
+int fwd_occupancy(const NormFwdInstance &inst, const RowView &view, const NormFwdPlan &plan,
+                  const LaunchContext &ctx) {
+  NormFwdParams p;
+  p.rows = view.rows;
+  p.cols = view.cols;
+  p.block_threads = plan.block_threads;
+  p.width_log2 = plan.width_log2;
+  int occ = 0;
+  p.occupancy_query = &occ;
+  check_cuda(inst.launch(p, ctx), inst.name);
+  return occ;
+}
+
+// One block per SM idles the SM at each of its row's barriers; the row
+// cached in shared memory keeps several rows per SM instead (fp16
+// 49152 x 32768: 1024 threads x 4 packs, 1987 us; shared memory, 3 blocks
+// per SM, 1815 us; H200, 2026-11-22). Replaces a row-in-registers block plan
+// by the shared-memory tier when the registers allow one block per SM and
+// shared memory two or more.
+void hand_off_to_smem(const RowView &view, const LaunchContext &ctx, NormFwdPlan &plan) {
+  if (fwd_occupancy(*plan.instance, view, plan, ctx) != 1) return;  // 0: the launch reports it
+  const size_t smem = static_cast<size_t>(view.cols) * dtype_size(view.dtype);
+  if (smem + 1024 > static_cast<size_t>(ctx.dev.max_smem_optin)) return;
+  const NormFwdInstance *cached =
+      fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, plan.pack, Tier::BlockSmem, any_npack);
+  if (cached == nullptr) return;
+  NormFwdPlan alt;
+  alt.pack = plan.pack;
+  alt.tier = Tier::BlockSmem;
+  alt.instance = cached;
+  if (fwd_occupancy(*cached, view, alt, ctx) >= 2) plan = alt;
+}
+
+}  // namespace
+
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms) {
+  const DeviceInfo &dev = ctx.dev;
+  NormFwdPlan plan;
+  plan.pack = pack;
+  // RMSNorm has one reduction per row, so a block per row costs it one
+  // barrier: at 128-256 packs of 16 bytes per row a block holding one pack
+  // per thread beat a warp holding four (fp16 49152 x 1024: 60.3 -> 58.3 us, x 2048:
+  // 119.8 -> 114.6; LayerNorm, with two reductions, lost 9-13% that way;
+  // H200, 2026-11-22).
+  const int64_t packs = view.cols / pack;
+  if (rms && packs >= 128 && packs <= 256 && pack * dtype_size(view.dtype) == 16 &&
+      plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                      [](Tier, int n, int64_t) { return n == 1; }, plan))
+    return plan;
+  // Otherwise the register tiers hold at least kTargetNpack packs per thread.
+  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, kTargetNpack, 1024,
+                           [](Tier t, int n, int64_t) { return t == Tier::Warp || n >= kTargetNpack; }, plan)) {
+    // Static shared memory of the block kernels (reduction scratch) is small;
+    // keep 1 KiB of margin for it.
+    const uint64_t row_bytes = static_cast<uint64_t>(view.cols) * dtype_size(view.dtype);
+    plan.tier = row_bytes + 1024 <= static_cast<uint64_t>(dev.max_smem_optin) ? Tier::BlockSmem
+                                                                            : Tier::BlockUncached;
+    plan.instance = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
+  }
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                "no normalization forward kernel for dtype %s, pack %d in this build (the "
+                "build's dtypes option left it out)",
+                dtype_name(view.dtype), pack);
+  if (plan.tier == Tier::BlockRegisters && ctx.cache != nullptr) hand_off_to_smem(view, ctx, plan);
+  return plan;
+}
+
+NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &dev) {
+  NormBwdPlan plan;
+  plan.pack = pack;
+  // Backward holds two fp32 accumulators per value in registers (x and dy
+  // wait in a shared-memory ring): four packs per thread as the forward,
+  // blocks of at most 512 threads (128 registers each), rings that fit the
+  // device's shared memory.
+  const size_t elem = dtype_size(view.dtype);
+  auto fits = [&](Tier, int n, int64_t threads) {
+    return norm_bwd_staging_bytes(static_cast<int>(threads), n, pack, elem) + 1024 <=
+           static_cast<size_t>(dev.max_smem_optin);
+  };
+  const bool registers =
+      plan_register_tiers(kNormBwdInstances, kNormBwdInstanceCount, view, dev, kTargetNpack, 512, fits, plan);
+  // A block per row needs several rows per block to keep its ring busy: with
+  // fewer than 8 rows per multiprocessor (1024 x 12288 bf16 ran at 22% of
+  // copy bandwidth that way on the H200) column tiles spread the work wider.
+  const bool many_rows = view.rows >= 8 * int64_t{dev.sm_count};
+  if (registers && (plan.tier == Tier::Warp || many_rows)) return plan;
+  // Rows too long for one block: a thread block cluster of 2 blocks per row
+  // (sm_90), each holding an interleaved share of the columns. Wider
+  // clusters lose to the column tiles: fp16 4096 x 65536 took 1468 us on a
+  // cluster of 4 and 751 us on column tiles (H200, 2026-11-22); a cluster of
+  // 2 still wins at 49152 x 32768 (4202 us against 4623).
+  if (many_rows && dev.cc_major >= 9 &&
+      plan_block_tier(kNormBwdInstances, kNormBwdInstanceCount, view, 2, 512, fits, plan))
+    return plan;
+  plan = NormBwdPlan{};
+  plan.pack = pack;
+  plan.tier = Tier::ColumnTiled;
+  plan.instance = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, plan.tier, any_npack);
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                "no normalization backward kernel for dtype %s, pack %d in this build",
+                dtype_name(view.dtype), pack);
+  return plan;
+}
+
+BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_partials, bool coef) {
+  const char *arg = "x_desc";  // every size here comes from x's dimensions
+  auto region = [&](size_t count, size_t per) { return checked_align_up(checked_mul(count, per, arg), 256, arg); };
+  BwdWorkspace w;
+  const size_t part = want_partials ? region(checked_mul(static_cast<size_t>(partials), static_cast<size_t>(v.cols), arg), sizeof(float)) : 0;
+  w.dgamma_offset = 0;
+  w.dbeta_offset = part;
+  w.coef_offset = checked_mul(2, part, arg);
+  w.bytes = checked_add(w.coef_offset, coef ? region(static_cast<size_t>(v.rows), 2 * sizeof(float)) : 0, arg);
+  return w;
+}
+
+
+NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const LaunchContext &ctx,
+                          const fnorm_norm_desc *norm, bool want_partials) {
+  NormBwdPlan plan = plan_norm_bwd_tier(view, pack, ctx.dev);
+  const NormBwdParams p = norm_bwd_params(view, norm, plan);
+  check_cuda(plan.instance->grid(p, ctx, &plan.grid), plan.instance->name);
+  plan.workspace = bwd_workspace_layout(view, plan.grid, want_partials, plan.tier == Tier::ColumnTiled);
+  return plan;
+}
+
+namespace {
+// The fields forward and backward parameters share.
+template <class Params, class PlanT>
+Params shared_params(const RowView &v, const fnorm_norm_desc *norm, const PlanT &plan) {
+  Params p;
+  p.rows = v.rows;
+  p.cols = v.cols;
+  p.x_row_stride = v.x_row_stride;
+  p.rms = norm->mode == FNORM_NORM_RMSNORM;
+  p.zero_centered = (norm->flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) != 0;
+  p.width_log2 = plan.width_log2;
+  p.block_threads = plan.block_threads;
+  return p;
+}
+}  // namespace
+
+NormFwdParams norm_fwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormFwdPlan &plan) {
+  NormFwdParams p = shared_params<NormFwdParams>(v, norm, plan);
+  p.y_row_stride = v.y_row_stride;
+  p.eps = static_cast<float>(norm->epsilon);
+  return p;
+}
+
+NormBwdParams norm_bwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormBwdPlan &plan) {
+  NormBwdParams p = shared_params<NormBwdParams>(v, norm, plan);
+  p.dy_row_stride = v.y_row_stride;
+  p.dx_row_stride = v.dx_row_stride;
+  p.cluster = plan.cluster;
+  p.grid = plan.grid;
+  return p;
+}
+
+}  // namespace fnorm
