@@ -49,6 +49,19 @@ struct LoadRow {
     load_pack<T, PACK>(x + off, v);
     if (residual != nullptr) add_residual(v, ld_pack<T, PACK>(residual + off), off);
   }
+  // s at (row, col) once more, after load() has been called for it by this
+  // thread: read back from sum where the first read wrote it (sum holds
+  // exactly the T-rounded s; it may be x or residual itself, in place, so
+  // x + residual cannot be read again), else x (+ residual) again.
+  __device__ __forceinline__ void reload(float (&v)[PACK], int64_t row, int64_t col) const {
+    const int64_t off = row * row_stride + col;
+    if (sum != nullptr) {
+      load_pack<T, PACK>(sum + off, v);
+      return;
+    }
+    load_pack<T, PACK>(x + off, v);
+    if (residual != nullptr) add_residual(v, ld_pack<T, PACK>(residual + off), off);
+  }
   // Starts copying the pack of x at (row, col) to shared memory (cp.async;
   // the caller waits for it). Only without a residual: s = x there.
   __device__ __forceinline__ void copy_x_async(T *dst, int64_t row, int64_t col) const {
@@ -236,13 +249,11 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// The second read of each row goes through `reload`, which does not write
-// sum again (it is the same load without the sum output).
+// The second read of each row goes through Load::reload (s read back from
+// sum where the first read wrote it: sum may be x or residual, in place).
 template <typename T, int PACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
     norm_fwd_uncached_kernel(NormFwdParams p, Load load, Store store) {
-  Load reload = load;
-  reload.sum = nullptr;
   __shared__ Welford scratch[32];
   const int64_t packs_per_row = p.cols / PACK;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -259,7 +270,7 @@ __global__ void __launch_bounds__(1024)
     const float rstd = rsqrtf((p.rms ? var + w.mean * w.mean : var) + p.eps);
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
       float v[PACK];
-      reload.load(v, row, pk * PACK);
+      load.reload(v, row, pk * PACK);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
       store.store(v, row, pk * PACK);
