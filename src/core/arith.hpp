@@ -13,7 +13,9 @@
 
 namespace fnorm {
 
-FNORM_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// a >= 0, b > 0; no intermediate exceeds a (a + b - 1 overflowed for
+// dimensions near INT64_MAX: UBSan under the BatchNorm fuzzer).
+FNORM_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // n rounded up to a multiple of `to` (callers keep n + to in range).
 constexpr size_t align_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
