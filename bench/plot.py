@@ -81,6 +81,8 @@ def norm_panel(ax, res: dict, op: str, label: str) -> bool:
         ax.scatter(xs, [r["tbps_cudnn_bytes"] for r in pub], marker="D", s=45, facecolors="none",
                    edgecolors=COLORS["ours"], linewidths=1.5, zorder=3,
                    label="ours at cuDNN's shapes (bf16, cuDNN's byte count)")
+    # cuDNN published its figures for the H200 only: no anchor on other GPUs.
+    if pub and res.get("gpu") == "h200":
         ax.scatter(xs, [r["cudnn_published_tbps"] for r in pub], marker="*", s=110, color=COLORS["cudnn"],
                    zorder=3, label="cuDNN 9.19.1 published (H200, its byte count)")
         for j, r in enumerate(sorted(pub, key=lambda r: r["shape"][1])):
