@@ -399,14 +399,33 @@ FNORM_API fnorm_status_t fnorm_batchnorm_desc_get(fnorm_batchnorm_desc_t desc,
                                                   fnorm_bn_epilogue_t *epilogue, double *epsilon,
                                                   fnorm_bn_average_t *average, double *momentum);
 
-/** Choose the engine. AUTO runs NATIVE today, which takes every case. On the
- *  H200 benchmark (bench/results) NATIVE was faster everywhere except fp16
- *  channels-last without an epilogue, where cuDNN's persistent kernels were
- *  faster ([128, 64, 56, 56]: 50 vs 60 us forward); AUTO does not route
- *  those to cuDNN yet (the choice must be the same for the forward and the
- *  backward of a step, and cuDNN refuses misaligned tensors). The forward and
- *  the backward of one step must use descriptors with the same engine and
- *  epilogue: the reserve space's format belongs to the engine that wrote it.
+/** Choose the engine. AUTO decides per call (each launch on its own, from
+ *  its shape, pointers and stream) between NATIVE and cuDNN, which compute
+ *  the same function:
+ *    - cuDNN for training calls (forward and backward) with epilogue NONE,
+ *      EXPONENTIAL averaging, no communicator, fp16/bf16 channels-last with
+ *      C = 64 and spatial dimensions, from 1 MiB up to twice the device's
+ *      L2 size: there cuDNN's persistent kernels were faster on the H200
+ *      ([128, 64, 56, 56] fp16: 50 vs 61 us forward, 71 vs 79 backward;
+ *      bench/ab_batchnorm.py), and only there;
+ *    - NATIVE for everything else, inference, RELU / ADD_RELU (cuDNN's
+ *      fused ReLU backward reads y, which AUTO callers need not pass, and
+ *      the engines' reserve formats differ), and whenever the launch cannot
+ *      take cuDNN: a data pointer, per-channel vector or workspace not
+ *      16-byte aligned, an output that is the same tensor as an input (in
+ *      place), a workspace smaller than the size query's answer, a cuDNN
+ *      refusal, a library built without cuDNN, or a stream being captured
+ *      into a CUDA graph while the handle has no cuDNN state yet (the state
+ *      is created by the first uncaptured launch that would take cuDNN).
+ *  Under AUTO the reserve space of these cases is 0 bytes, and the saved
+ *  mean / inverse std mean the same on both engines, so the forward and the
+ *  backward of one step may run on different engines. The size queries ask
+ *  no pointers: they answer the most either engine needs, once the handle
+ *  has cuDNN's state (before that, NATIVE's needs; a launch given those
+ *  runs NATIVE).
+ *  With NATIVE or CUDNN named, the forward and the backward of one step must
+ *  use descriptors with the same engine and epilogue: the reserve space's
+ *  format belongs to the engine that wrote it.
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM. */
 FNORM_API fnorm_status_t fnorm_batchnorm_desc_set_engine(fnorm_batchnorm_desc_t desc,
                                                          fnorm_bn_engine_t engine);
@@ -479,8 +498,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_desc_get_comm(fnorm_batchnorm_desc_t de
 
 /** Scratch bytes fnorm_batchnorm_fwd_train needs (per-split partial
  *  statistics and per-channel coefficients) on the handle's device; depends
- *  on x_desc, the descriptor's engine and the device's SM count only.
- *  Touches no GPU. Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED. */
+ *  on x_desc, the descriptor's engine and the device's SM count and L2 size
+ *  only (AUTO: and whether the handle has cuDNN's state yet; see
+ *  fnorm_batchnorm_desc_set_engine). Touches no GPU. Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED. */
 FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train_workspace_size(fnorm_handle_t handle,
                                                                   fnorm_batchnorm_desc_t bn,
                                                                   fnorm_tensor_desc_t x_desc,
@@ -489,7 +509,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train_workspace_size(fnorm_handle_t
 /** Bytes of the reserve space that training forward writes and backward
  *  reads. NATIVE engine: with RELU / ADD_RELU, one bit per element (the ReLU
  *  mask, 32-bit words), 0 with NONE. CUDNN engine: what cuDNN asks for (it
- *  may need some with NONE too). The caller keeps it between the two calls.
+ *  may need some with NONE too). AUTO: NATIVE's answer (AUTO sends to cuDNN
+ *  only cases where cuDNN asks for none). The caller keeps it between the
+ *  two calls.
  *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED. */
 FNORM_API fnorm_status_t fnorm_batchnorm_reserve_space_size(fnorm_handle_t handle,
                                                             fnorm_batchnorm_desc_t bn,

@@ -4,7 +4,9 @@ cuDNN takes the case) against PyTorch's batch_norm with cuDNN enabled and
 with cuDNN disabled (its native kernels), measured in the same run.
 
 Ops (shared/design.md §6 names): batchnorm_fwd_train, batchnorm_bwd,
-batchnorm_fwd_infer; keys layout, epilogue, engine.
+batchnorm_fwd_infer; keys layout, epilogue, engine. Training rows without an
+epilogue also time the AUTO engine (auto_us, with auto_engine: the engine
+whose output AUTO's matched bit for bit), so the results show its routing.
 
 Method: as bench_layernorm.py (CUDA-graph replay, median of CUDA-event
 timings, buffer sets rotated over > 8x L2, copy bandwidth measured in the
@@ -23,6 +25,7 @@ Writes DIR/rows_batchnorm.json ({"rows": [...]}) and DIR/rows_batchnorm.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -133,6 +136,10 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
         cudnn_us = time_graph(ours_fwd(fn.BnEngine.CUDNN), n_sets, reps)
     except fn.FusedNormError as e:
         print(f"  cudnn engine: {e.status.name}: {str(e)[:160]}", flush=True)
+    auto_us = auto_engine = None
+    if epi == "none":
+        auto_us = time_graph(ours_fwd(fn.BnEngine.AUTO), n_sets, reps)
+        auto_engine = matched_engine(xs[0], w, b, epi, zs[0])
     t_cudnn = t_native = None
     try:
         t_cudnn = time_graph(torch_fwd_fn(epi, xs, zs, w, b, rm, rv, True, True), n_sets, reps)
@@ -155,13 +162,16 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
     rows.append(row(B, "batchnorm_fwd_train", dtype, shape, layout, epi, us, moved_f, t_cudnn, t_native,
                     cudnn_us, diff))
     fwd_row = rows[-1]
+    if auto_us is not None:
+        fwd_row["auto_us"], fwd_row["auto_engine"] = round(auto_us, 2), auto_engine
 
     if with_bwd:
         dys = [make(shape, layout, dtype, gen) for _ in range(n_sets)]
         moved_b = 5 * E * es + (E * es if epi == "add_relu" else 0) + 2 * mask
         dxs = ys  # reuse
         dzs = [torch.empty_like(x) for x in xs] if epi == "add_relu" else None
-        sv = [fn.batch_norm_train(xs[k], w, b, None, None, eps=EPS, epilogue=EPI[epi], z=zs[k])[1]
+        sv = [fn.batch_norm_train(xs[k], w, b, None, None, eps=EPS, epilogue=EPI[epi], z=zs[k],
+                                  engine=fn.BnEngine.NATIVE)[1]
               for k in range(n_sets)]
 
         def ours_bwd(i):
@@ -170,6 +180,17 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
 
         breps = B.reps(n_sets, moved_b)
         bus = time_graph(ours_bwd, n_sets, breps)
+        bauto = bauto_engine = None
+        if epi == "none":  # AUTO's backward from the same saved statistics
+            sva = [dataclasses.replace(s, engine=fn.BnEngine.AUTO) for s in sv]
+
+            def auto_bwd(i):
+                k = i % n_sets
+                return fn.batch_norm_backward(dys[k], xs[k], w, sva[k], dx_out=dxs[k])
+
+            bauto = time_graph(auto_bwd, n_sets, breps)
+            bauto_engine = matched_engine_bwd(dys[0], xs[0], w, sv[0])
+            del sva
         del sv
         bcudnn = None
         try:
@@ -224,6 +245,8 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
         except Exception as e:  # noqa: BLE001
             print(f"  torch bwd (cudnn off) failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
         r = row(B, "batchnorm_bwd", dtype, shape, layout, epi, bus, moved_b, tb_cudnn, tb_native, bcudnn, None)
+        if bauto is not None:
+            r["auto_us"], r["auto_engine"] = round(bauto, 2), bauto_engine
         # forward + backward, each measured above
         tf = best(fwd_row["torch_cudnn_us"], fwd_row["torch_native_us"])
         tb = best(tb_cudnn, tb_native)
@@ -276,6 +299,29 @@ def bench_infer(B: Bench, dtype, shape, layout, epi):
     return [row(B, "batchnorm_fwd_infer", dtype, shape, layout, epi, us, moved, t_c, t_n, cudnn_us, diff)]
 
 
+def matched_engine(x, w, b, epi, z):
+    """The engine whose training-forward output AUTO's equals bit for bit
+    (the engines differ in the last bits; each is deterministic)."""
+    y = {}
+    for e, eng in (("auto", fn.BnEngine.AUTO), ("native", fn.BnEngine.NATIVE), ("cudnn", fn.BnEngine.CUDNN)):
+        try:
+            y[e] = fn.batch_norm_train(x, w, b, None, None, eps=EPS, epilogue=EPI[epi], z=z, engine=eng)[0]
+        except fn.FusedNormError:
+            pass
+    return "/".join(e for e in ("native", "cudnn") if e in y and torch.equal(y["auto"], y[e])) or "neither"
+
+
+def matched_engine_bwd(dy, x, w, saved):
+    """As matched_engine, for the backward from the same saved statistics."""
+    got = {}
+    for e, eng in (("auto", fn.BnEngine.AUTO), ("native", fn.BnEngine.NATIVE), ("cudnn", fn.BnEngine.CUDNN)):
+        try:
+            got[e] = fn.batch_norm_backward(dy, x, w, dataclasses.replace(saved, engine=eng))[0]
+        except fn.FusedNormError:
+            pass
+    return "/".join(e for e in ("native", "cudnn") if e in got and torch.equal(got["auto"], got[e])) or "neither"
+
+
 def row(B, op, dtype, shape, layout, epi, us, moved, t_cudnn, t_native, cudnn_us, diff):
     gbps = moved / (us * 1e-6) / 1e9
     t = best(t_cudnn, t_native)
@@ -301,18 +347,20 @@ def markdown(rows, B) -> str:
              "µs: median per call, CUDA-graph replay, buffers rotated over > 8x L2. PyTorch: F.batch_norm "
              "(+ in-place add and relu) with cuDNN on / off; autograd for backward. 'cuDNN engine': ours "
              "calling cuDNN's BatchNormalization*Ex (— where cuDNN refuses). vs X = X µs / ours. fwd+bwd "
-             "(bwd rows): the forward and backward times of the case added, each side its own.", "",
+             "(bwd rows): the forward and backward times of the case added, each side its own. AUTO µs (no "
+             "epilogue): the AUTO engine, and the engine whose output it matched bit for bit.", "",
              "| op | dtype | shape | layout | epilogue | ours µs | GB/s | % copy | PyTorch cuDNN µs | "
              "PyTorch native µs | vs PyTorch | cuDNN engine µs | vs cuDNN | fwd+bwd µs | "
-             "fwd+bwd vs PyTorch | fwd+bwd vs cuDNN engine |",
-             "|" + "---|" * 16]
+             "fwd+bwd vs PyTorch | fwd+bwd vs cuDNN engine | AUTO µs (ran) |",
+             "|" + "---|" * 17]
     for r in rows:
         lines.append("| " + " | ".join([
             r["op"].replace("batchnorm_", ""), r["dtype"], "×".join(map(str, r["shape"])), r["layout"], r["epilogue"],
             fmt(r["us"]), fmt(r["gbps"], "{:.0f}"), fmt(r["pct_copy"], "{:.0f}%"), fmt(r["torch_cudnn_us"]),
             fmt(r["torch_native_us"]), fmt(r["vs_torch"], "{:.2f}x"), fmt(r["cudnn_us"]),
             fmt(r["vs_cudnn"], "{:.2f}x"), fmt(r.get("fwd_bwd_us")), fmt(r.get("vs_torch_fwd_bwd"), "{:.2f}x"),
-            fmt(r.get("vs_cudnn_fwd_bwd"), "{:.2f}x")]) + " |")
+            fmt(r.get("vs_cudnn_fwd_bwd"), "{:.2f}x"),
+            "—" if r.get("auto_us") is None else f"{r['auto_us']:.1f} ({r['auto_engine']})"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -373,6 +421,8 @@ def summary(r):
         s += f", fwd+bwd {r['fwd_bwd_us']} vs torch {r['torch_fwd_bwd_us']} ({r['vs_torch_fwd_bwd']:.2f}x)"
     if r.get("vs_cudnn_fwd_bwd"):
         s += f" vs cudnn engine {r['cudnn_fwd_bwd_us']} ({r['vs_cudnn_fwd_bwd']:.2f}x)"
+    if r.get("auto_us") is not None:
+        s += f", auto {r['auto_us']:.1f} ({r['auto_engine']})"
     if r.get("max_abs_diff_vs_torch_fp64") is not None:
         s += f", diff {r['max_abs_diff_vs_torch_fp64']:.2g}"
     return s

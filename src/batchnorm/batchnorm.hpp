@@ -75,6 +75,9 @@ struct BnCall {
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
   bool local_empty = false;  // SyncBatchNorm: this rank holds no samples
+  // The engine that runs a launch (choose_engine, once per launch, after the
+  // pointers are set); size queries leave it AUTO and ask the descriptor's.
+  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_AUTO;
 };
 
 // ---- validation (bn_validate.cpp) ------------------------------------------
@@ -100,8 +103,23 @@ struct NativePlan {
 };
 
 NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool sync);
-// The engine a call runs on (AUTO: see fnorm_batchnorm_desc_set_engine).
-fnorm_bn_engine_t resolve_engine(fnorm_handle *h, const BnCall &c);
+
+// AUTO's rule (bn_plan.cpp, with the figures behind it): the device figure
+// it reads, and whether cuDNN's persistent kernels beat NATIVE on an
+// fp16/bf16 channels-last training call without an epilogue. Pure, so host
+// tests can ask it.
+struct BnAutoDevice {
+  int64_t l2_bytes = 0;  // cudaDevAttrL2CacheSize; 0: unknown (no device)
+};
+BnAutoDevice bn_auto_device(int device);  // cached per device
+bool bn_auto_prefers_cudnn(const BnView &v, BnPass pass, const BnAutoDevice &d);
+
+// The engine a launch runs on, decided once with its pointers and stream:
+// NATIVE / CUDNN as asked (CUDNN: NOT_SUPPORTED where cuDNN refuses); AUTO:
+// see fnorm_batchnorm_desc_set_engine.
+fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, cudaStream_t stream);
+// Size queries (the descriptor's engine; AUTO: the most either engine needs,
+// pointer-free) and, once c.engine is set, what that launch needs.
 size_t workspace_for(fnorm_handle *h, const BnCall &c);
 size_t reserve_for(fnorm_handle *h, const BnCall &c);
 
@@ -122,6 +140,15 @@ bool cudnn_bn_built();
 bool cudnn_bn_supports(fnorm_handle *h, const BnCall &call, std::string *why);
 size_t cudnn_bn_workspace_size(fnorm_handle *h, const BnCall &call);
 size_t cudnn_bn_reserve_size(fnorm_handle *h, const BnCall &call);
+// AUTO's view of cuDNN, never creating its state (a size query touches no
+// GPU): false when the state does not exist yet, or cuDNN refuses the case or
+// asks for reserve space; else true with its workspace bytes. Cached per
+// case in the state.
+bool cudnn_bn_auto_takes(fnorm_handle *h, const BnCall &call, size_t *workspace);
+// Creates the cuDNN state for an AUTO launch on `stream` where that is safe
+// (not while the stream is being captured into a CUDA graph). False when the
+// state does not exist afterwards; never throws.
+bool cudnn_bn_auto_state(fnorm_handle *h, cudaStream_t stream);
 // Runs the call through cuDNN (after validation). Throws Error.
 void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &call);
 

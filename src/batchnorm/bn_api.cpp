@@ -7,10 +7,10 @@
 namespace fnorm {
 namespace {
 
-// Runs a validated call on its engine, on the handle's device.
+// Runs a validated call on its engine (c.engine), on the handle's device.
 void launch(fnorm_handle *handle, fnorm_stream_t stream, const BnCall &c) {
   DeviceGuard guard(handle->device);
-  if (resolve_engine(handle, c) == FNORM_BN_ENGINE_CUDNN)
+  if (c.engine == FNORM_BN_ENGINE_CUDNN)
     cudnn_bn_run(handle, cuda_stream(stream), c);
   else
     run_native(handle, stream, c);
@@ -119,6 +119,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     c.workspace_bytes = workspace_bytes;
     c.reserve = reserve;
     c.reserve_bytes = reserve_bytes;
+    c.engine = choose_engine(handle, c, cuda_stream(stream));
     check_workspace(handle, c);
     if (!c.local_empty) check_reserve(handle, c);
     const size_t data = c.view.bytes, vec = c.view.vec_bytes;
@@ -163,6 +164,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     c.running_var_in = running_var;
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
+    c.engine = choose_engine(handle, c, cuda_stream(stream));
     check_workspace(handle, c);
     const size_t data = c.view.bytes;
     const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
@@ -217,6 +219,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     c.reserve_bytes = reserve_bytes;
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
+    c.engine = choose_engine(handle, c, cuda_stream(stream));
     check_workspace(handle, c);
     if (!c.local_empty) check_reserve(handle, c);
     const size_t data = c.view.bytes, vec = c.view.vec_bytes;

@@ -4,7 +4,9 @@
 // fused BN + add + ReLU), everything else CUDNN_BATCHNORM_SPATIAL. Whatever
 // cuDNN refuses comes back as NOT_SUPPORTED with cuDNN's own message.
 #include <climits>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "batchnorm/batchnorm.hpp"
 
@@ -16,9 +18,17 @@ namespace fnorm {
 
 #if FNORM_HAVE_CUDNN
 
+// What AUTO asked cuDNN about one case (pass, dtype, layout, sizes).
+struct CudnnAutoEntry {
+  bool takes = false;  // cuDNN describes and sizes it, with a 0-byte reserve
+  size_t workspace = 0;
+};
+
 struct CudnnState {
   cudnnHandle_t handle = nullptr;
   std::mutex mutex;  // cudnnSetStream + call must not interleave between threads
+  std::mutex auto_mutex;  // guards auto_cache
+  std::map<std::vector<int64_t>, CudnnAutoEntry> auto_cache;
 };
 
 bool cudnn_bn_built() { return true; }
@@ -44,6 +54,12 @@ namespace {
 
 void check(cudnnStatus_t st, const char *what, bool refusal) {
   if (st != CUDNN_STATUS_SUCCESS) fail_cudnn(st, what, refusal);
+}
+
+// The state if it exists (never creates it).
+CudnnState *existing_state(fnorm_handle *h) {
+  std::lock_guard<std::mutex> lock(h->lazy_mutex);
+  return h->cudnn;
 }
 
 CudnnState &state_of(fnorm_handle *h) {
@@ -210,6 +226,61 @@ bool cudnn_bn_supports(fnorm_handle *h, const BnCall &c, std::string *why) {
   }
 }
 
+bool cudnn_bn_auto_takes(fnorm_handle *h, const BnCall &c, size_t *workspace) {
+  CudnnState *s = existing_state(h);
+  if (s == nullptr) return false;
+  const BnView &v = c.view;
+  std::vector<int64_t> key = {static_cast<int64_t>(c.pass), static_cast<int64_t>(c.desc->epilogue),
+                              static_cast<int64_t>(v.dtype), v.channels_last ? 1 : 0, v.rank};
+  key.insert(key.end(), v.dims, v.dims + v.rank);
+  {
+    std::lock_guard<std::mutex> lock(s->auto_mutex);
+    auto it = s->auto_cache.find(key);
+    if (it != s->auto_cache.end()) {
+      *workspace = it->second.workspace;
+      return it->second.takes;
+    }
+  }
+  CudnnAutoEntry e;
+  try {
+    Problem p;
+    describe(c, p);
+    // The reserve of the training forward of this case: the forward and the
+    // backward of a step may then run on different engines only where it is 0.
+    size_t r = 0;
+    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(s->handle, p.mode, p.ops, p.act_or_null, p.x.d, &r),
+          "cudnnGetBatchNormalizationTrainingExReserveSpaceSize", true);
+    e.workspace = layout_of(*s, c, p).total;
+    e.takes = r == 0;
+  } catch (const Error &) {  // refused, or failed: AUTO stays NATIVE
+    e.takes = false;
+  }
+  std::lock_guard<std::mutex> lock(s->auto_mutex);
+  s->auto_cache.emplace(key, e);
+  *workspace = e.workspace;
+  return e.takes;
+}
+
+bool cudnn_bn_auto_state(fnorm_handle *h, cudaStream_t stream) {
+  if (existing_state(h) != nullptr) return true;
+  // cudnnCreate inside a stream capture may make calls a capture forbids;
+  // capture-time launches take NATIVE until an uncaptured launch (or the
+  // CUDNN engine) has created the state.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return false;
+  try {
+    (void)state_of(h);
+    return true;
+  } catch (const Error &) {
+    (void)cudaGetLastError();
+    return false;
+  }
+}
+
 size_t cudnn_bn_workspace_size(fnorm_handle *h, const BnCall &c) {
   CudnnState &s = state_of(h);
   Problem p;
@@ -299,6 +370,8 @@ bool cudnn_bn_supports(fnorm_handle *, const BnCall &, std::string *why) {
 }
 size_t cudnn_bn_workspace_size(fnorm_handle *, const BnCall &) { return 0; }
 size_t cudnn_bn_reserve_size(fnorm_handle *, const BnCall &) { return 0; }
+bool cudnn_bn_auto_takes(fnorm_handle *, const BnCall &, size_t *) { return false; }
+bool cudnn_bn_auto_state(fnorm_handle *, cudaStream_t) { return false; }
 void cudnn_bn_run(fnorm_handle *, cudaStream_t, const BnCall &) {
   fail(FNORM_STATUS_NOT_SUPPORTED_BUILD, "this build has no cuDNN (meson option 'cudnn')");
 }

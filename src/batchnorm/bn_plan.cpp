@@ -2,6 +2,8 @@
 // the reduction kind, splits and workspace layout (NativePlan). The size
 // queries and the launches both ask here, so they cannot disagree.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "batchnorm/batchnorm.hpp"
@@ -69,9 +71,92 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
   return p;
 }
 
-// The engine a call runs on. AUTO: see fnorm_batchnorm_desc_set_engine.
-fnorm_bn_engine_t resolve_engine(fnorm_handle *h, const BnCall &c) {
-  if (c.desc->engine != FNORM_BN_ENGINE_CUDNN) return FNORM_BN_ENGINE_NATIVE;
+// ---- AUTO -------------------------------------------------------------------
+// AUTO's rule: cuDNN's persistent NHWC kernels (fp16/bf16, training, no
+// epilogue) for C = 64 with spatial dimensions, from 1 MiB to 2x the L2.
+// Measured on the H200 (60 MiB L2, 132 SMs; 2026-11-22, cuDNN 9 as shipped
+// with PyTorch 2.11, bench/ab_batchnorm.py, cuDNN / NATIVE time, forward and
+// backward, medians of 3 interleaved rounds within 1%):
+//   fp16 [N, 64, 56, 56], N = 4 .. 256 (1.6 .. 103 MB): 0.79 0.95, 0.88 1.01,
+//     0.76 0.78, 0.60 0.84, 0.81 0.81, 0.78 0.87, 0.83 0.90 (N = 128),
+//     0.83 0.92, 0.85 0.92, 0.83 0.93, 0.87 0.94 (N = 256); bf16 N = 16 .. 256
+//     0.75 .. 0.84 forward, 0.82 .. 0.95 backward.
+//   Other channel counts: [128, 32, 56, 56] 1.14 1.12; [128, 96, 56, 56]
+//     1.16 1.21; [128, 128, 56, 56] 0.94 1.00; [128, 128, 28, 28] 1.06 0.92;
+//     [128, 256, 56, 56] 1.02 1.05 (bf16 0.91 1.05); [128, 1024, 14, 14] 0.98
+//     1.21; [128, 2048, 7, 7] 0.91 0.94; [32768, 256] 1.04 1.28;
+//     [126000, 16] 1.83 1.91; fp32 (cuDNN's plain spatial mode) 23 .. 585.
+// So the crossover is not one of size (nor of fitting the L2: C = 64 wins at
+// 1.6x the L2 too): cuDNN's time per byte depends on C (C = 32 and 96 run as
+// if channel tiles of 64 were padded), while NATIVE's is about the same for
+// every C. Only C = 64
+// wins at every size measured, forward and backward; elsewhere the two are
+// within a few percent either way or NATIVE wins, so AUTO keeps NATIVE.
+// Bounds: no size below 1.6 MB was measured (below 1 MiB launch and host
+// overhead dominate, and cuDNN's path describes its tensors on every call);
+// the largest measured was 103 MB = 1.6x the L2, still 0.87 / 0.94, and
+// above 2x the L2 (of whatever GPU this is: the H100 has 50 MiB) AUTO keeps
+// NATIVE rather than extrapolate.
+bool bn_auto_prefers_cudnn(const BnView &v, BnPass pass, const BnAutoDevice &d) {
+  if (pass == BnPass::FwdInfer || !v.channels_last || v.dtype == FNORM_DTYPE_FLOAT32) return false;
+  if (v.c != 64 || v.spatial == 1 || d.l2_bytes <= 0) return false;
+  const int64_t bytes = static_cast<int64_t>(v.bytes);
+  return bytes >= (int64_t{1} << 20) && bytes <= 2 * d.l2_bytes;
+}
+
+BnAutoDevice bn_auto_device(int device) {
+  static std::mutex mutex;
+  static std::map<int, BnAutoDevice> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int l2 = 0;
+  BnAutoDevice d;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess) {
+    d.l2_bytes = l2;
+  } else {
+    (void)cudaGetLastError();  // no device (host tests): AUTO stays NATIVE
+  }
+  cache.emplace(device, d);
+  return d;
+}
+
+namespace {
+
+// The cases AUTO may send to cuDNN, from the shape and descriptor alone:
+// training, no epilogue (cuDNN's fused ReLU backward reads y, which AUTO
+// callers need not pass, and the reserve formats differ), no communicator,
+// EXPONENTIAL averaging (cuDNN takes the factor on the host), and what the
+// rule above picks.
+bool auto_candidate(fnorm_handle *h, const BnCall &c) {
+  const fnorm_batchnorm_desc *d = c.desc;
+  return d->engine == FNORM_BN_ENGINE_AUTO && c.pass != BnPass::FwdInfer && d->epilogue == FNORM_BN_EPILOGUE_NONE &&
+         d->comm == nullptr && d->average == FNORM_BN_AVERAGE_EXPONENTIAL && cudnn_bn_built() &&
+         bn_auto_prefers_cudnn(c.view, c.pass, bn_auto_device(h->device));
+}
+
+// The launch's pointers: cuDNN needs 16-byte aligned tensors (a misaligned
+// one faulted, cuDNN 9.14) and AUTO asks the same of the per-channel vectors
+// and the workspace; outputs over inputs (in place) stay NATIVE, whose
+// kernels are written for it.
+bool auto_pointers_ok(const BnCall &c) {
+  if (c.local_empty || c.x == nullptr) return false;
+  if (c.pass == BnPass::FwdTrain) {
+    if (c.y == nullptr || c.y == c.x) return false;
+  } else if (c.dy == nullptr || c.dx == nullptr || c.dx == c.dy || c.dx == c.x) {
+    return false;
+  }
+  return all_aligned({c.x, c.y, c.dy, c.dx, c.gamma, c.beta, c.running_mean, c.running_var, c.saved_mean,
+                      c.saved_invstd, c.saved_mean_in, c.saved_invstd_in, c.dgamma, c.dbeta, c.workspace},
+                     16);
+}
+
+size_t native_workspace(fnorm_handle *h, const BnCall &c) {
+  return plan_native(c.view, h->info, c.pass, c.desc->comm != nullptr).total;
+}
+
+// CUDNN asked for by name: refusals are NOT_SUPPORTED with the reason.
+void require_cudnn(fnorm_handle *h, const BnCall &c) {
   FNORM_REQUIRE(c.desc->comm == nullptr || c.pass == BnPass::FwdInfer, FNORM_STATUS_NOT_SUPPORTED,
                 "SyncBatchNorm (a communicator is attached) runs on the NATIVE engine only");
   FNORM_REQUIRE(cudnn_bn_built(), FNORM_STATUS_NOT_SUPPORTED_BUILD,
@@ -79,16 +164,51 @@ fnorm_bn_engine_t resolve_engine(fnorm_handle *h, const BnCall &c) {
   std::string why;
   FNORM_REQUIRE(cudnn_bn_supports(h, c, &why), FNORM_STATUS_NOT_SUPPORTED,
                 "the CUDNN engine does not take this case: %s", why.c_str());
-  return FNORM_BN_ENGINE_CUDNN;
+}
+
+}  // namespace
+
+fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, cudaStream_t stream) {
+  switch (c.desc->engine) {
+    case FNORM_BN_ENGINE_NATIVE:
+      return FNORM_BN_ENGINE_NATIVE;
+    case FNORM_BN_ENGINE_CUDNN:
+      require_cudnn(h, c);
+      return FNORM_BN_ENGINE_CUDNN;
+    default:
+      break;
+  }
+  // AUTO: cuDNN where the rule says it is faster and this launch can take it
+  // (else NATIVE, silently: both compute the same function, and with a 0-byte
+  // reserve either engine's backward reads the other's saved statistics).
+  size_t need = 0;
+  if (auto_candidate(h, c) && auto_pointers_ok(c) && cudnn_bn_auto_state(h, stream) &&
+      cudnn_bn_auto_takes(h, c, &need) && c.workspace_bytes >= need)
+    return FNORM_BN_ENGINE_CUDNN;
+  return FNORM_BN_ENGINE_NATIVE;
 }
 
 size_t workspace_for(fnorm_handle *h, const BnCall &c) {
-  if (resolve_engine(h, c) == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_workspace_size(h, c);
-  return plan_native(c.view, h->info, c.pass, c.desc->comm != nullptr).total;
+  fnorm_bn_engine_t e = c.engine != FNORM_BN_ENGINE_AUTO ? c.engine : c.desc->engine;
+  if (e == FNORM_BN_ENGINE_CUDNN) {
+    if (c.engine == FNORM_BN_ENGINE_AUTO) require_cudnn(h, c);  // a size query names the engine
+    return cudnn_bn_workspace_size(h, c);
+  }
+  size_t ws = native_workspace(h, c);
+  size_t cudnn = 0;
+  // A size query under AUTO: what either engine needs (cuDNN's part once its
+  // state exists; a launch given less runs NATIVE).
+  if (e == FNORM_BN_ENGINE_AUTO && auto_candidate(h, c) && cudnn_bn_auto_takes(h, c, &cudnn))
+    ws = std::max(ws, cudnn);
+  return ws;
 }
 
 size_t reserve_for(fnorm_handle *h, const BnCall &c) {
-  if (resolve_engine(h, c) == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_reserve_size(h, c);
+  // (AUTO runs cuDNN only where cuDNN's reserve is 0 and the epilogue NONE.)
+  if (c.desc->engine == FNORM_BN_ENGINE_CUDNN) {
+    if (c.engine == FNORM_BN_ENGINE_AUTO) require_cudnn(h, c);  // a size query
+    return cudnn_bn_reserve_size(h, c);
+  }
   if (c.desc->epilogue == FNORM_BN_EPILOGUE_NONE) return 0;
   // One bit per element: elements <= 2^63 keep this below 2^61 bytes.
   return static_cast<size_t>(ceil_div(c.view.elements(), 32)) * 4;

@@ -4,6 +4,10 @@
 // engine (where cuDNN takes the case; where it refuses, the status must be
 // NOT_SUPPORTED with a message). Fresh random inputs every run (seed printed;
 // FNORM_TEST_SEED repeats one); every output poisoned with NaN first.
+// AUTO: its routes (told by the bits of each engine's deterministic output),
+// size queries, CUDA-graph capture without cuDNN's state, and the forward on
+// one engine with the backward on another. FNORM_TEST_SKIP_HUGE=1 leaves out
+// the 8.6 GB case (quicker device runs; the count line then has one case less).
 // Black-box: links only the shared library (plus the test's device helpers).
 //
 // Inputs: channel c holds mean_c + spread_c * u, mean_c in [-3, 3], spread_c
@@ -69,6 +73,10 @@ struct Case {
   bool running = true;
   int offset = 0;  // elements: misaligns every data pointer
   fnorm_bn_engine_t engine = FNORM_BN_ENGINE_NATIVE;
+  // The backward's engine when it differs from the forward's (-1: the same).
+  // With no epilogue and a 0-byte reserve, either engine's backward takes the
+  // other's saved statistics.
+  int bwd_engine = -1;
   int steps = 1;  // training steps (running statistics)
   // In place: 1: y = x, then dx = x and dz = dy; 2 (ADD_RELU): y = z, then
   // dx = dy. The inputs are uploaded again before every call.
@@ -76,11 +84,18 @@ struct Case {
   std::string str() const {
     std::string d;
     for (size_t i = 0; i < dims.size(); ++i) d += (i ? "," : "") + std::to_string(dims[i]);
-    char b[256];
-    std::snprintf(b, sizeof b, "%s [%s] %s epi=%d affine=%d avg=%d running=%d off=%d engine=%s inplace=%d",
+    char b[288];
+    std::snprintf(b, sizeof b, "%s [%s] %s epi=%d affine=%d avg=%d running=%d off=%d engine=%s%s%s inplace=%d",
                   dtype_str(dtype), d.c_str(), channels_last ? "NHWC" : "NCHW", epilogue, affine,
-                  average, running, offset, engine == FNORM_BN_ENGINE_CUDNN ? "cudnn" : "native", inplace);
+                  average, running, offset, engine_str(engine), bwd_engine >= 0 ? " bwd=" : "",
+                  bwd_engine >= 0 ? engine_str(static_cast<fnorm_bn_engine_t>(bwd_engine)) : "", inplace);
     return b;
+  }
+  static const char *engine_str(fnorm_bn_engine_t e) {
+    return e == FNORM_BN_ENGINE_CUDNN ? "cudnn" : e == FNORM_BN_ENGINE_AUTO ? "auto" : "native";
+  }
+  fnorm_bn_engine_t backward_engine() const {
+    return bwd_engine >= 0 ? static_cast<fnorm_bn_engine_t>(bwd_engine) : engine;
   }
 };
 
@@ -160,7 +175,8 @@ bool report(const Case &k, const char *what, const Worst &w) {
 // Returns false (and counts the case as refused) when the CUDNN engine
 // answers NOT_SUPPORTED with a message; any other failure is a test failure.
 bool engine_takes(Ctx &ctx, const Case &k, fnorm_status_t st) {
-  if (k.engine == FNORM_BN_ENGINE_CUDNN && st == FNORM_STATUS_NOT_SUPPORTED) {
+  if ((k.engine == FNORM_BN_ENGINE_CUDNN || k.backward_engine() == FNORM_BN_ENGINE_CUDNN) &&
+      st == FNORM_STATUS_NOT_SUPPORTED) {
     char msg[512];
     fnorm_get_last_error_message(msg, sizeof msg);
     CHECK(std::strlen(msg) > 10);
@@ -187,22 +203,31 @@ void run_case(Ctx &ctx, const Case &k) {
   fnorm_batchnorm_desc_create(&bn);
   CHECK_STATUS(fnorm_batchnorm_desc_set(bn, k.epilogue, 1e-5, k.average, 0.1), FNORM_STATUS_SUCCESS);
   fnorm_batchnorm_desc_set_engine(bn, k.engine);
+  fnorm_batchnorm_desc_t bnb;  // the backward's descriptor
+  fnorm_batchnorm_desc_create(&bnb);
+  CHECK_STATUS(fnorm_batchnorm_desc_set(bnb, k.epilogue, 1e-5, k.average, 0.1), FNORM_STATUS_SUCCESS);
+  fnorm_batchnorm_desc_set_engine(bnb, k.backward_engine());
   fnorm_tensor_desc_t xd;
   fnorm_tensor_desc_create(&xd);
   set_desc(xd, k);
   struct Cleanup {
-    fnorm_batchnorm_desc_t bn;
+    fnorm_batchnorm_desc_t bn, bnb;
     fnorm_tensor_desc_t xd;
     ~Cleanup() {
       fnorm_batchnorm_desc_destroy(bn);
+      fnorm_batchnorm_desc_destroy(bnb);
       fnorm_tensor_desc_destroy(xd);
     }
-  } cleanup{bn, xd};
+  } cleanup{bn, bnb, xd};
 
   size_t ws_f = 0, ws_i = 0, ws_b = 0, rs = 0;
   if (!engine_takes(ctx, k, fnorm_batchnorm_fwd_train_workspace_size(ctx.handle, bn, xd, &ws_f))) return;
   if (!engine_takes(ctx, k, fnorm_batchnorm_reserve_space_size(ctx.handle, bn, xd, &rs))) return;
-  if (!engine_takes(ctx, k, fnorm_batchnorm_bwd_workspace_size(ctx.handle, bn, xd, &ws_b))) return;
+  if (!engine_takes(ctx, k, fnorm_batchnorm_bwd_workspace_size(ctx.handle, bnb, xd, &ws_b))) return;
+  if (k.bwd_engine >= 0 && rs != 0) {  // the backward would need the other engine's reserve
+    std::printf("  %s: no cross-engine backward (reserve of %zu bytes)\n", k.str().c_str(), rs);
+    return;
+  }
   if (k.engine == FNORM_BN_ENGINE_NATIVE) CHECK_EQ(rs, relu ? static_cast<size_t>((E + 31) / 32 * 4) : 0);
 
   // Host inputs.
@@ -339,7 +364,7 @@ void run_case(Ctx &ctx, const Case &k) {
     CUDA_OK(cudaMemset(dg_d, 0xFF, 2 * C * sizeof(float)));
     const bool cudnn_relu = k.engine == FNORM_BN_ENGINE_CUDNN && relu;
     const fnorm_status_t st = fnorm_batchnorm_bwd(
-        ctx.handle, nullptr, bn, xd, xp, xd, bdy.at(off), cudnn_relu ? yp : nullptr, gp,
+        ctx.handle, nullptr, bnb, xd, xp, xd, bdy.at(off), cudnn_relu ? yp : nullptr, gp,
         cudnn_relu ? bp : nullptr, sm_d, si_d, rs ? brs.p : nullptr, rs, xd, dxp, dzp, dg_d, db_d, bws.p,
         bws.bytes);
     if (!engine_takes(ctx, k, st)) return;
@@ -560,6 +585,263 @@ void run_huge_case(Ctx &ctx) {
   fnorm_batchnorm_desc_destroy(bn);
 }
 
+
+// ---- AUTO -------------------------------------------------------------------
+// Which engine an AUTO call ran is not part of the API; the tests below tell
+// it by the bits: cuDNN's and NATIVE's outputs differ in the last bits, and
+// each is deterministic (checked), so AUTO's output equals exactly one.
+struct EngineBits {
+  std::vector<unsigned char> y, stats, dx, dgb;
+};
+
+// One forward (x -> y, saved stats) and one backward (from `saved`, the
+// NATIVE forward's statistics, so every engine starts from the same values)
+// on `engine` with a workspace of exactly `ws` bytes.
+EngineBits run_engine(fnorm_handle_t h, fnorm_tensor_desc_t xd, fnorm_bn_engine_t engine, const void *x,
+                      const void *dy, void *y, void *dx, float *vec, int64_t C, size_t E, size_t es, void *ws,
+                      size_t ws_f, size_t ws_b, const float *saved) {
+  fnorm_batchnorm_desc_t bn;
+  fnorm_batchnorm_desc_create(&bn);
+  fnorm_batchnorm_desc_set_engine(bn, engine);
+  float *g = vec, *b = vec + C, *sm = vec + 2 * C, *si = vec + 3 * C, *dg = vec + 4 * C, *db = vec + 5 * C;
+  EngineBits r;
+  CUDA_OK(cudaMemset(y, 0xFF, E * es));
+  CHECK_STATUS(fnorm_batchnorm_fwd_train(h, nullptr, bn, xd, x, nullptr, g, b, nullptr, nullptr, nullptr, xd, y, sm,
+                                         si, ws, ws_f, nullptr, 0),
+               FNORM_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  r.y = download<unsigned char>(y, E * es);
+  r.stats = download<unsigned char>(sm, 2 * C * sizeof(float));
+  CUDA_OK(cudaMemset(dx, 0xFF, E * es));
+  const float *in = saved != nullptr ? saved : sm;
+  CHECK_STATUS(fnorm_batchnorm_bwd(h, nullptr, bn, xd, x, xd, dy, nullptr, g, nullptr, in, in + C, nullptr, 0, xd,
+                                   dx, nullptr, dg, db, ws, ws_b),
+               FNORM_STATUS_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  r.dx = download<unsigned char>(dx, E * es);
+  r.dgb = download<unsigned char>(dg, 2 * C * sizeof(float));
+  fnorm_batchnorm_desc_destroy(bn);
+  return r;
+}
+
+const char *which(const std::vector<unsigned char> &a, const std::vector<unsigned char> &native,
+                  const std::vector<unsigned char> &cudnn) {
+  const bool n = a == native, c = a == cudnn;
+  return n && c ? "both" : n ? "native" : c ? "cudnn" : "neither";
+}
+
+// The size queries under AUTO (reserve 0; workspace the most either engine
+// needs) and the route of aligned and misaligned launches given exactly
+// AUTO's workspace answer.
+void check_auto_route(Ctx &ctx, fnorm_dtype_t dt, std::vector<int64_t> dims) {
+  ++ctx.cases;
+  Case k = make_case(dt, dims, true, FNORM_BN_EPILOGUE_NONE, FNORM_BN_ENGINE_AUTO);
+  const int64_t C = dims[1];
+  int64_t E = 1;
+  for (int64_t d : dims) E *= d;
+  const size_t es = elem_size(dt);
+  fnorm_tensor_desc_t xd;
+  fnorm_tensor_desc_create(&xd);
+  set_desc(xd, k);
+  size_t ws[3][2] = {}, rs[3] = {};
+  const fnorm_bn_engine_t engs[3] = {FNORM_BN_ENGINE_NATIVE, FNORM_BN_ENGINE_CUDNN, FNORM_BN_ENGINE_AUTO};
+  // (The CUDNN engine's queries come first: they create cuDNN's state, which
+  // AUTO's pointer-free queries never do.)
+  bool cudnn_takes = true;
+  for (int i : {1, 0, 2}) {
+    fnorm_batchnorm_desc_t bn;
+    fnorm_batchnorm_desc_create(&bn);
+    fnorm_batchnorm_desc_set_engine(bn, engs[i]);
+    fnorm_status_t st[3] = {fnorm_batchnorm_fwd_train_workspace_size(ctx.handle, bn, xd, &ws[i][0]),
+                            fnorm_batchnorm_bwd_workspace_size(ctx.handle, bn, xd, &ws[i][1]),
+                            fnorm_batchnorm_reserve_space_size(ctx.handle, bn, xd, &rs[i])};
+    fnorm_batchnorm_desc_destroy(bn);
+    for (fnorm_status_t q : st) {
+      if (i == 1 && q == FNORM_STATUS_NOT_SUPPORTED) {
+        cudnn_takes = false;
+        ws[1][0] = ws[1][1] = rs[1] = 0;
+        break;
+      }
+      CHECK_STATUS(q, FNORM_STATUS_SUCCESS);
+    }
+  }
+  CHECK_EQ(rs[2], static_cast<size_t>(0));
+  CHECK_EQ(rs[0], static_cast<size_t>(0));
+  for (int p = 0; p < 2; ++p)  // NATIVE's need, or the most of both where AUTO may route
+    CHECK(ws[2][p] == ws[0][p] || (rs[1] == 0 && ws[2][p] == std::max(ws[0][p], ws[1][p])));
+  DeviceBuffer bx(E * es + 128), bdy(E * es + 128), by(E * es + 128), bdx(E * es + 128), vec(6 * C * 4 + 64),
+      saved(2 * C * 4), bws(std::max({ws[0][0], ws[0][1], ws[1][0], ws[1][1], ws[2][0], ws[2][1]}) + 64);
+  CUDA_OK(fill_uniform(dt, bx.p, E + 32, ctx.seed, -1.f, 3.f, C, 2.f, nullptr));
+  CUDA_OK(fill_uniform(dt, bdy.p, E + 32, ctx.seed + 1, -1.f, 1.f, C, 0.f, nullptr));
+  CUDA_OK(fill_uniform(FNORM_DTYPE_FLOAT32, vec.p, 2 * C, ctx.seed + 2, 0.5f, 1.5f, C, 0.f, nullptr));
+  float *v = static_cast<float *>(vec.p);
+  bool ok = true;
+  for (int off : {0, 1}) {  // off: every data pointer one element past 16-byte alignment
+    const size_t o = off * es;
+    const void *x = bx.at(o), *dy = bdy.at(o);
+    void *y = by.at(o), *dx = bdx.at(o);
+    // NATIVE first: its statistics feed every backward.
+    EngineBits n = run_engine(ctx.handle, xd, engs[0], x, dy, y, dx, v, C, E, es, bws.p, ws[0][0], ws[0][1], nullptr);
+    CUDA_OK(cudaMemcpy(saved.p, v + 2 * C, 2 * C * 4, cudaMemcpyDeviceToDevice));
+    const float *sv = static_cast<const float *>(saved.p);
+    EngineBits n2 = run_engine(ctx.handle, xd, engs[0], x, dy, y, dx, v, C, E, es, bws.p, ws[0][0], ws[0][1], sv);
+    CHECK(n.y == n2.y && n.dx == n2.dx && n.dgb == n2.dgb);  // NATIVE is deterministic
+    EngineBits c, a;
+    bool cudnn_ran = false;
+    if (off == 0 && cudnn_takes) {  // (the CUDNN engine refuses misaligned tensors)
+      c = run_engine(ctx.handle, xd, engs[1], x, dy, y, dx, v, C, E, es, bws.p, ws[1][0], ws[1][1], sv);
+      EngineBits c2 = run_engine(ctx.handle, xd, engs[1], x, dy, y, dx, v, C, E, es, bws.p, ws[1][0], ws[1][1], sv);
+      CHECK(c.y == c2.y && c.dx == c2.dx && c.dgb == c2.dgb);  // so is cuDNN (else no route can be told)
+      cudnn_ran = true;
+    }
+    a = run_engine(ctx.handle, xd, engs[2], x, dy, y, dx, v, C, E, es, bws.p, ws[2][0], ws[2][1], sv);
+    const char *rf = cudnn_ran ? which(a.y, n.y, c.y) : (a.y == n.y ? "native" : "neither");
+    const char *rb = cudnn_ran ? which(a.dx, n.dx, c.dx) : (a.dx == n.dx ? "native" : "neither");
+    std::printf("  auto %s off=%d: forward ran %s, backward ran %s (workspace fwd %zu/%zu/%zu, bwd %zu/%zu/%zu "
+                "native/cudnn/auto; cudnn reserve %zu)\n",
+                k.str().c_str(), off, rf, rb, ws[0][0], ws[1][0], ws[2][0], ws[0][1], ws[1][1], ws[2][1], rs[1]);
+    if (off == 1) {  // misaligned: NATIVE, silently
+      ok &= std::strcmp(rf, "native") == 0 && std::strcmp(rb, "native") == 0;
+    } else {
+      ok &= std::strcmp(rf, "neither") != 0 && std::strcmp(rb, "neither") != 0;
+      // A route to cuDNN only where the query answered cuDNN's need.
+      if (std::strcmp(rf, "cudnn") == 0) ok &= ws[2][0] >= ws[1][0] && rs[1] == 0;
+      if (std::strcmp(rb, "cudnn") == 0) ok &= ws[2][1] >= ws[1][1] && rs[1] == 0;
+      // Saved statistics and weight gradients go with the route.
+      ok &= a.stats == (std::strcmp(rf, "cudnn") == 0 ? c.stats : n.stats);
+      ok &= a.dgb == (std::strcmp(rb, "cudnn") == 0 ? c.dgb : n.dgb);
+    }
+  }
+  CHECK(ok);
+  if (!ok) ++ctx.failures;
+  fnorm_tensor_desc_destroy(xd);
+}
+
+// AUTO inside CUDA-graph capture on a handle whose cuDNN state does not exist
+// yet: the captured launch must not create it (NATIVE, the capture succeeds);
+// after an uncaptured AUTO launch created it, a captured AUTO launch may take
+// cuDNN. Both graphs' replays against the engines' eager bits.
+void check_auto_capture(Ctx &ctx, fnorm_dtype_t dt, std::vector<int64_t> dims) {
+  ++ctx.cases;
+  fnorm_handle_t h = nullptr;
+  CHECK_STATUS(fnorm_create(&h), FNORM_STATUS_SUCCESS);
+  Case k = make_case(dt, dims, true, FNORM_BN_EPILOGUE_NONE, FNORM_BN_ENGINE_AUTO);
+  const int64_t C = dims[1];
+  int64_t E = 1;
+  for (int64_t d : dims) E *= d;
+  const size_t es = elem_size(dt);
+  fnorm_tensor_desc_t xd;
+  fnorm_tensor_desc_create(&xd);
+  set_desc(xd, k);
+  fnorm_batchnorm_desc_t bn;
+  fnorm_batchnorm_desc_create(&bn);  // AUTO
+  DeviceBuffer bx(E * es), by(E * es), vec(4 * C * 4), bws(64 << 20);
+  CUDA_OK(fill_uniform(dt, bx.p, E, ctx.seed + 3, -1.f, 3.f, C, 2.f, nullptr));
+  float *sm = static_cast<float *>(vec.p), *si = sm + C;
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  bool ok = true;
+  std::vector<unsigned char> ys[2];
+  for (int round = 0; round < 2; ++round) {
+    size_t ws = 0;
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    // The size query inside the capture, as the PyTorch binding makes it.
+    const fnorm_status_t qst = fnorm_batchnorm_fwd_train_workspace_size(h, bn, xd, &ws);
+    const fnorm_status_t st = fnorm_batchnorm_fwd_train(h, reinterpret_cast<fnorm_stream_t>(s), bn, xd, bx.p,
+                                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, xd,
+                                                        by.p, sm, si, bws.p, ws, nullptr, 0);
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    CHECK_STATUS(qst, FNORM_STATUS_SUCCESS);
+    CHECK_STATUS(st, FNORM_STATUS_SUCCESS);
+    CHECK_EQ(end, cudaSuccess);
+    ok &= qst == FNORM_STATUS_SUCCESS && st == FNORM_STATUS_SUCCESS && end == cudaSuccess && ws <= bws.bytes;
+    if (end != cudaSuccess) break;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    by.poison();
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    ys[round] = download<unsigned char>(by.p, E * es);
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    if (round == 0) {  // an uncaptured AUTO launch (may create cuDNN's state)
+      size_t ws0 = 0;
+      CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, bn, xd, &ws0), FNORM_STATUS_SUCCESS);
+      CHECK_STATUS(fnorm_batchnorm_fwd_train(h, reinterpret_cast<fnorm_stream_t>(s), bn, xd, bx.p, nullptr, nullptr,
+                                             nullptr, nullptr, nullptr, nullptr, xd, by.p, sm, si, bws.p, ws0,
+                                             nullptr, 0),
+                   FNORM_STATUS_SUCCESS);
+      CUDA_OK(cudaStreamSynchronize(s));
+    }
+  }
+  // Eager references on the same handle.
+  std::vector<unsigned char> ref[2];
+  for (int i = 0; i < 2; ++i) {
+    fnorm_batchnorm_desc_t e;
+    fnorm_batchnorm_desc_create(&e);
+    fnorm_batchnorm_desc_set_engine(e, i == 0 ? FNORM_BN_ENGINE_NATIVE : FNORM_BN_ENGINE_CUDNN);
+    size_t ws = 0;
+    CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, e, xd, &ws), FNORM_STATUS_SUCCESS);
+    by.poison();
+    CHECK_STATUS(fnorm_batchnorm_fwd_train(h, nullptr, e, xd, bx.p, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                           nullptr, xd, by.p, sm, si, bws.p, ws, nullptr, 0),
+                 FNORM_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    ref[i] = download<unsigned char>(by.p, E * es);
+    fnorm_batchnorm_desc_destroy(e);
+  }
+  std::printf("  auto capture %s: first capture ran %s, after the state existed %s\n", k.str().c_str(),
+              which(ys[0], ref[0], ref[1]), which(ys[1], ref[0], ref[1]));
+  ok &= ys[0] == ref[0];  // no cuDNN state inside the first capture: NATIVE
+  ok &= ys[1] == ref[0] || ys[1] == ref[1];
+  CHECK(ok);
+  if (!ok) ++ctx.failures;
+  CUDA_OK(cudaStreamDestroy(s));
+  fnorm_batchnorm_desc_destroy(bn);
+  fnorm_tensor_desc_destroy(xd);
+  fnorm_destroy(h);
+}
+
+void run_auto_cases(Ctx &ctx, bool quick) {
+  const long before = ctx.failures;
+  // Routes and size queries: fp16/bf16 channels-last without an epilogue
+  // over sizes on both sides of the rule, an fp32 one (NATIVE).
+  const std::vector<std::pair<fnorm_dtype_t, std::vector<int64_t>>> route = {
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}}, {FNORM_DTYPE_FLOAT16, {32, 64, 56, 56}},
+      {FNORM_DTYPE_BFLOAT16, {64, 64, 56, 56}}, {FNORM_DTYPE_FLOAT16, {128, 256, 56, 56}},
+      {FNORM_DTYPE_FLOAT16, {8, 64, 56, 56}},   {FNORM_DTYPE_FLOAT32, {32, 64, 56, 56}},
+      {FNORM_DTYPE_FLOAT16, {128, 512, 7, 7}}};
+  for (const auto &[dt, dims] : route) check_auto_route(ctx, dt, dims);
+  check_auto_capture(ctx, FNORM_DTYPE_FLOAT16, {128, 64, 56, 56});
+  // Against the host reference: AUTO throughout, and the forward on one
+  // engine with the backward on another.
+  struct Cross {
+    fnorm_dtype_t dt;
+    std::vector<int64_t> dims;
+    fnorm_bn_engine_t fwd;
+    int bwd;
+    int offset;
+  };
+  std::vector<Cross> cross = {
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}, FNORM_BN_ENGINE_AUTO, -1, 0},
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}, FNORM_BN_ENGINE_AUTO, -1, 1},
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}, FNORM_BN_ENGINE_CUDNN, FNORM_BN_ENGINE_NATIVE, 0},
+      {FNORM_DTYPE_FLOAT16, {128, 64, 56, 56}, FNORM_BN_ENGINE_NATIVE, FNORM_BN_ENGINE_CUDNN, 0},
+      {FNORM_DTYPE_BFLOAT16, {32, 64, 56, 56}, FNORM_BN_ENGINE_AUTO, FNORM_BN_ENGINE_NATIVE, 0},
+      {FNORM_DTYPE_BFLOAT16, {32, 64, 56, 56}, FNORM_BN_ENGINE_NATIVE, FNORM_BN_ENGINE_AUTO, 0},
+      {FNORM_DTYPE_FLOAT16, {16, 64, 56, 56}, FNORM_BN_ENGINE_AUTO, -1, 0},
+  };
+  if (quick) cross.resize(2);
+  for (const Cross &x : cross) {
+    Case k = make_case(x.dt, x.dims, true, FNORM_BN_EPILOGUE_NONE, x.fwd);
+    k.bwd_engine = x.bwd;
+    k.offset = x.offset;
+    run_case(ctx, k);
+  }
+  std::printf("auto: %s\n", ctx.failures == before ? "all cases match" : "FAILURES");
+}
+
 }  // namespace
 
 int main() {
@@ -646,7 +928,8 @@ int main() {
       run_case(ctx, make_case(b.dt, b.dims, b.cl, b.epi, eng));
     }
   }
-  if (!quick) run_huge_case(ctx);
+  run_auto_cases(ctx, quick);
+  if (!quick && std::getenv("FNORM_TEST_SKIP_HUGE") == nullptr) run_huge_case(ctx);
   std::printf("%ld cases, %ld failed, %ld refused by cuDNN (NOT_SUPPORTED with its message)\n", ctx.cases,
               ctx.failures, ctx.refused);
   fnorm_destroy(ctx.handle);

@@ -265,6 +265,72 @@ void test_sync_desc() {
   CHECK(got == nullptr);
 }
 
+// AUTO (white-box): the size rule on the figures of two GPUs, and the size
+// queries on a handle without cuDNN's state (the fake handle has no device,
+// so it never gets one): NATIVE's answers, reserve 0, no state created.
+void test_auto() {
+  using fnorm::BnPass;
+  Desc x;
+  auto view = [&](fnorm_dtype_t t, std::vector<int64_t> dims, bool cl) {
+    std::vector<int64_t> st(dims.size());
+    if (cl) {  // C fastest, then the spatial dims from the last, then N
+      st[1] = 1;
+      int64_t s = dims[1];
+      for (size_t i = dims.size() - 1; i >= 2; --i) {
+        st[i] = s;
+        s *= dims[i];
+      }
+      st[0] = s;
+    } else {
+      st.clear();
+    }
+    CHECK_STATUS(x.set(t, dims, st), FNORM_STATUS_SUCCESS);
+    return fnorm::bn_view(x.d, "x_desc");
+  };
+  // The rule (bn_plan.cpp): C = 64 with spatial dimensions, fp16/bf16
+  // channels-last, 1 MiB .. 2x the L2. H200: 60 MiB L2; H100: 50 MiB.
+  const fnorm::BnAutoDevice h200{60ll << 20}, h100{50ll << 20}, none{};
+  const auto f16 = FNORM_DTYPE_FLOAT16;
+  for (BnPass p : {BnPass::FwdTrain, BnPass::Bwd}) {
+    CHECK(fnorm::bn_auto_prefers_cudnn(view(f16, {128, 64, 56, 56}, true), p, h200));
+    CHECK(fnorm::bn_auto_prefers_cudnn(view(FNORM_DTYPE_BFLOAT16, {128, 64, 56, 56}, true), p, h200));
+    CHECK(fnorm::bn_auto_prefers_cudnn(view(f16, {4, 64, 56, 56}, true), p, h200));    // 1.6 MB
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {2, 64, 56, 56}, true), p, h200));   // 0.8 MB
+    CHECK(fnorm::bn_auto_prefers_cudnn(view(f16, {256, 64, 56, 56}, true), p, h100));  // 103 MB <= 2x 50 MiB
+    CHECK(fnorm::bn_auto_prefers_cudnn(view(f16, {300, 64, 56, 56}, true), p, h200));  // 120 MB
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {300, 64, 56, 56}, true), p, h100));
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {512, 64, 56, 56}, true), p, h200));  // 205 MB
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 256, 56, 56}, true), p, h200));
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 32, 56, 56}, true), p, h200));
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 128, 28, 28}, true), p, h200));
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {32768, 64}, true), p, h200));  // [N, C]: not measured
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 64, 56, 56}, true), p, none));  // no device figures
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 64, 56, 56}, false), p, h200));  // NCHW
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(FNORM_DTYPE_FLOAT32, {32, 64, 56, 56}, true), p, h200));
+    CHECK(!fnorm::bn_auto_prefers_cudnn(view(FNORM_DTYPE_FLOAT32, {126000, 16}, true), p, h200));
+  }
+  CHECK(!fnorm::bn_auto_prefers_cudnn(view(f16, {128, 64, 56, 56}, true), BnPass::FwdInfer, h200));
+
+  fnorm_handle *h = fake_handle();
+  Bn automatic, native;
+  CHECK_STATUS(fnorm_batchnorm_desc_set_engine(native.d, FNORM_BN_ENGINE_NATIVE), FNORM_STATUS_SUCCESS);
+  view(f16, {128, 64, 56, 56}, true);
+  size_t a = 0, n = 0, rs = 9;
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, automatic.d, x.d, &a), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_fwd_train_workspace_size(h, native.d, x.d, &n), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(a, n);
+  CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(h, automatic.d, x.d, &a), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_batchnorm_bwd_workspace_size(h, native.d, x.d, &n), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(a, n);
+  CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, automatic.d, x.d, &rs), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(rs, static_cast<size_t>(0));
+  CHECK(h->cudnn == nullptr);  // a size query never creates cuDNN's state
+  // With an epilogue AUTO is NATIVE: its mask.
+  fnorm_batchnorm_desc_set(automatic.d, FNORM_BN_EPILOGUE_RELU, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1);
+  CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, automatic.d, x.d, &rs), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(rs, static_cast<size_t>((128 * 64 * 56 * 56) / 32 * 4));
+}
+
 }  // namespace
 
 int main() {
@@ -273,5 +339,6 @@ int main() {
   test_launch_validation();
   test_size_overflow();
   test_sync_desc();
+  test_auto();
   return fnorm_test::finish("host batchnorm api");
 }
