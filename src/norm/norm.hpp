@@ -81,6 +81,7 @@ struct Plan {
   int width_log2 = 0;     // warp tier
   int block_threads = 0;  // block-register tier
   int cluster = 1;        // backward block-register tier: blocks per row (a cluster)
+  bool grid_per_row = false;  // forward: NormFwdParams::grid_per_row
 };
 using NormFwdPlan = Plan<NormFwdInstance>;
 
@@ -97,9 +98,14 @@ struct NormBwdPlan : Plan<NormBwdInstance> {
 // Picks tier and instance for a forward (RMSNorm when `rms`) with the given
 // pack. With a device (ctx.cache set), a row-in-registers block that only
 // one block per SM can hold hands its rows to the shared-memory tier when
-// that keeps two or more; without one (host tests) the plan stops before
-// that step. Throws NOT_SUPPORTED_BUILD when no instance fits.
+// that keeps two or more, and a block-register plan of kTargetNpack or more
+// packs per thread takes a block per row where fwd_grid_per_row says so;
+// without one (host tests) the plan stops before those steps. Throws
+// NOT_SUPPORTED_BUILD when no instance fits.
 NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms);
+// Whether a forward's block-register plan launches a block per row (rather
+// than one wave of resident blocks) at `blocks_per_sm` resident blocks.
+bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev);
 
 // The backward's tier and instance (shape and device properties only).
 NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &dev);

@@ -306,12 +306,14 @@ cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
   return *block > 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
 }
 
-// A block per row, one wave of resident blocks striding over the rows.
+// A block per row: one wave of resident blocks striding over the rows, or
+// (p.grid_per_row) a block for every row, the hardware starting the next
+// one on an SM as soon as one retires.
 template <class Kernel, class Load, class Store>
 cudaError_t launch_row_blocks(const NormFwdParams &p, const LaunchContext &ctx, Kernel kernel, int block,
                               int blocks_per_sm, size_t smem, const Load &load, const Store &store) {
-  const int64_t grid = std::min({p.rows, static_cast<int64_t>(ctx.dev.sm_count) * blocks_per_sm,
-                                 int64_t{2147483647}});
+  const int64_t wave = p.grid_per_row ? p.rows : static_cast<int64_t>(ctx.dev.sm_count) * blocks_per_sm;
+  const int64_t grid = std::min({p.rows, wave, int64_t{2147483647}});
   kernel<<<static_cast<unsigned>(grid), block, smem, ctx.stream>>>(p, load, store);
   return cudaGetLastError();
 }
@@ -340,10 +342,11 @@ cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchContext &ctx) {
       return cudaSuccess;
     }
     const int64_t groups_per_block = kWarpTierBlock >> p.width_log2;
-    // A persistent grid: one wave of resident blocks strides over the rows.
-    const int64_t grid = std::min({ceil_div(p.rows, groups_per_block),
-                                   static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1),
-                                   max_grid});
+    // A persistent grid (one wave of resident blocks strides over the
+    // rows), or with p.grid_per_row a block for every groups_per_block rows.
+    const int64_t wave = p.grid_per_row ? ceil_div(p.rows, groups_per_block)
+                                        : static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1);
+    const int64_t grid = std::min({ceil_div(p.rows, groups_per_block), wave, max_grid});
     kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
   } else if constexpr (TIER == Tier::BlockRegisters) {
     static_assert(NPACK * PACK <= kWarpMaxElemsPerThread,

@@ -38,6 +38,10 @@ struct NormFwdParams {
   bool zero_centered = false;  // scale is 1 + gamma
   int width_log2 = 0;          // warp tier: log2 of the lanes that share a row
   int block_threads = 0;       // block-register tier: threads per block (a multiple of 32)
+  // Grid: false, one wave of resident blocks striding over the rows; true, a
+  // block (warp tier: a block of row groups) per row, the hardware starting
+  // the next block on an SM as soon as one retires.
+  bool grid_per_row = false;
   // The planner's configure pass: when set, the launch writes the blocks per
   // SM its kernel gets here and launches nothing.
   int *occupancy_query = nullptr;

@@ -2,6 +2,10 @@
 // call runs with, and the workspace it needs. The size queries and the
 // launches both call these, so they cannot disagree.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "norm/norm.hpp"
 
@@ -115,24 +119,122 @@ void hand_off_to_smem(const RowView &view, const LaunchContext &ctx, NormFwdPlan
   if (fwd_occupancy(*cached, view, alt, ctx) >= 2) plan = alt;
 }
 
+// FNORM_NORM_FWD_PLAN, a benchmarking knob: overrides of the forward plan,
+// separated by ',' or ';', so that bench/ab_norm.py can time planner choices
+// against each other in one process:
+//   block:N / warp:N       the register tier at N packs per thread
+//   smem / uncached        that block tier
+//   grid=rows / grid=wave  a block per row / one wave of resident blocks
+// A forced tier that cannot hold the row is refused (NOT_SUPPORTED), never
+// replaced by another. Read once per process, at its first forward plan (a
+// lookup per call would add to every launch's host time); ab_norm.py loads a
+// copy of the library per variant for that reason.
+const std::string &fwd_knob() {
+  static const std::string knob = [] {
+    const char *env = std::getenv("FNORM_NORM_FWD_PLAN");
+    return std::string(env == nullptr ? "" : env);
+  }();
+  return knob;
+}
+
+void apply_fwd_knob(const RowView &view, int pack, const DeviceInfo &dev, NormFwdPlan &plan) {
+  const std::string &knob = fwd_knob();
+  if (knob.empty()) return;
+  const int64_t packs = view.cols / pack;
+  size_t at = 0;
+  while (at < knob.size()) {
+    const size_t end = std::min(knob.find_first_of(",;", at), knob.size());
+    const std::string tok = knob.substr(at, end - at);
+    at = end + 1;
+    int n = 0;
+    if (std::sscanf(tok.c_str(), "block:%d", &n) == 1) {
+      NormFwdPlan alt;
+      alt.pack = pack;
+      FNORM_REQUIRE(plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                                    [n](Tier, int k, int64_t) { return k == n; }, alt),
+                    FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN %s: no block of <= 1024 threads holds %lld packs",
+                    tok.c_str(), static_cast<long long>(packs));
+      alt.grid_per_row = plan.grid_per_row;
+      plan = alt;
+    } else if (std::sscanf(tok.c_str(), "warp:%d", &n) == 1) {
+      int w = 0;
+      while ((int64_t{n} << w) < packs && w < 5) ++w;
+      const NormFwdInstance *inst = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack,
+                                                 Tier::Warp, [n](int k) { return k == n; });
+      FNORM_REQUIRE(inst != nullptr && (int64_t{n} << w) >= packs, FNORM_STATUS_NOT_SUPPORTED,
+                    "FNORM_NORM_FWD_PLAN %s: the warp tier does not hold %lld packs", tok.c_str(),
+                    static_cast<long long>(packs));
+      plan.instance = inst;
+      plan.tier = Tier::Warp;
+      plan.npack = n;
+      plan.width_log2 = w;
+      plan.block_threads = 0;
+    } else if (tok == "smem" || tok == "uncached") {
+      const Tier t = tok == "smem" ? Tier::BlockSmem : Tier::BlockUncached;
+      FNORM_REQUIRE(t == Tier::BlockUncached || static_cast<uint64_t>(view.cols) * dtype_size(view.dtype) + 1024 <=
+                                                    static_cast<uint64_t>(dev.max_smem_optin),
+                    FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN smem: the row does not fit in shared memory");
+      plan.instance = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack, t, any_npack);
+      plan.tier = t;
+      plan.npack = 0;
+      plan.width_log2 = 0;
+      plan.block_threads = 0;
+    } else if (tok == "grid=rows" || tok == "grid=wave") {
+      plan.grid_per_row = tok == "grid=rows";
+    } else {
+      FNORM_REQUIRE(tok.empty(), FNORM_STATUS_BAD_PARAM, "FNORM_NORM_FWD_PLAN: unknown item '%s'", tok.c_str());
+    }
+  }
+}
+
 }  // namespace
+
+// The block-register tier's grid. One wave of resident blocks striding over
+// the rows keeps every block alive for many rows, but a block then loads its
+// next row only after storing this one; a block per row lets the SM start
+// the next row's block as soon as one retires, its loads overlapping the
+// other resident blocks' reductions and stores. The latter is faster when
+// enough blocks share an SM to cover a block's start: H200, bf16, median of
+// three in one process (2026-11-22), RMSNorm 16384x4096 78.2 -> 69.9 us (Liger
+// 68.1), 8192x8192 77.1 -> 70.9, LayerNorm 32768x2048 79.1 -> 75.1, fp16
+// LayerNorm 49152x4096 220.9 -> 203.7, fp32 RMSNorm 49152x8192 838.7 -> 785.4
+// (2 blocks per SM, 186 rows per resident block). It lost where few blocks
+// share an SM and each has few rows: LayerNorm bf16 1024x12288, 2 blocks of
+// 384 threads per SM, 3.9 rows each, 21.2 -> 22.4 us. Measured (and used)
+// for blocks of kTargetNpack or more packs per thread: RMSNorm's blocks of one
+// pack per thread (rows of 128-256 packs) were level or up to 0.9% slower
+// with it (fp16 49152 x 1024 / 2048, bf16 32768 x 2048).
+bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev) {
+  const int64_t resident = int64_t{dev.sm_count} * blocks_per_sm;
+  return blocks_per_sm >= 4 || (blocks_per_sm >= 2 && view.rows >= 8 * resident);
+}
 
 NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms) {
   const DeviceInfo &dev = ctx.dev;
   NormFwdPlan plan;
   plan.pack = pack;
+  const int64_t packs = view.cols / pack;
+  const bool wide = pack * dtype_size(view.dtype) == 16;
   // RMSNorm has one reduction per row, so a block per row costs it one
   // barrier: at 128-256 packs of 16 bytes per row a block holding one pack
   // per thread beat a warp holding four (fp16 49152 x 1024: 60.3 -> 58.3 us, x 2048:
   // 119.8 -> 114.6; LayerNorm, with two reductions, lost 9-13% that way;
   // H200, 2026-11-22).
-  const int64_t packs = view.cols / pack;
-  if (rms && packs >= 128 && packs <= 256 && pack * dtype_size(view.dtype) == 16 &&
-      plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
-                      [](Tier, int n, int64_t) { return n == 1; }, plan))
-    return plan;
+  bool block = rms && packs >= 128 && packs <= 256 && wide &&
+               plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                               [](Tier, int n, int64_t) { return n == 1; }, plan);
+  // LayerNorm rows of 128 or more 16-byte packs: a block of kTargetNpack
+  // packs per thread (one warp per block at 1024 fp16 columns) with a block
+  // per row (below) rather than the warp tier's persistent groups: fp16
+  // 49152 x 1024 59.5 -> 55.1 us, bf16 60.8 -> 56.5, fp32 130.6 -> 101.2
+  // (the warp tier's 8 packs of fp32 took 72 registers), add & norm fp16
+  // 109.0 -> 107.0 (H200, 2026-11-22, one process).
+  if (!block && !rms && packs >= 128 && wide)
+    block = plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                            [](Tier, int n, int64_t) { return n == kTargetNpack; }, plan);
   // Otherwise the register tiers hold at least kTargetNpack packs per thread.
-  if (!plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, kTargetNpack, 1024,
+  if (!block &&
+      !plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, kTargetNpack, 1024,
                            [](Tier t, int n, int64_t) { return t == Tier::Warp || n >= kTargetNpack; }, plan)) {
     // Static shared memory of the block kernels (reduction scratch) is small;
     // keep 1 KiB of margin for it.
@@ -145,7 +247,14 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ct
                 "no normalization forward kernel for dtype %s, pack %d in this build (the "
                 "build's dtypes option left it out)",
                 dtype_name(view.dtype), pack);
-  if (plan.tier == Tier::BlockRegisters && ctx.cache != nullptr) hand_off_to_smem(view, ctx, plan);
+  if (plan.tier == Tier::BlockRegisters && ctx.cache != nullptr) {
+    hand_off_to_smem(view, ctx, plan);
+    if (plan.tier == Tier::BlockRegisters && plan.npack >= kTargetNpack)
+      plan.grid_per_row = fwd_grid_per_row(view, fwd_occupancy(*plan.instance, view, plan, ctx), dev);
+  }
+  apply_fwd_knob(view, pack, dev, plan);
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                "FNORM_NORM_FWD_PLAN names a kernel left out of this build");
   return plan;
 }
 
@@ -228,6 +337,7 @@ NormFwdParams norm_fwd_params(const RowView &v, const fnorm_norm_desc *norm, con
   NormFwdParams p = shared_params<NormFwdParams>(v, norm, plan);
   p.y_row_stride = v.y_row_stride;
   p.eps = static_cast<float>(norm->epsilon);
+  p.grid_per_row = plan.grid_per_row;
   return p;
 }
 

@@ -327,7 +327,7 @@ void test_plan() {
   };
   const Case cases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 0, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 1024, 0, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 1024, 0, 8, fnorm::Tier::BlockRegisters},  // LayerNorm, 128 packs of 16 bytes
       {FNORM_DTYPE_FLOAT16, 1000, 0, 8, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT16, 1000, 2, 1, fnorm::Tier::Warp},  // misaligned x
       {FNORM_DTYPE_FLOAT16, 1000, 4, 2, fnorm::Tier::Warp},
@@ -339,7 +339,8 @@ void test_plan() {
       {FNORM_DTYPE_FLOAT16, 100000, 0, 8, fnorm::Tier::BlockSmem},
       {FNORM_DTYPE_FLOAT16, 200000, 0, 8, fnorm::Tier::BlockUncached},
       {FNORM_DTYPE_FLOAT32, 1, 0, 1, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT32, 1024, 0, 4, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT32, 1024, 0, 4, fnorm::Tier::BlockRegisters},  // LayerNorm, 256 packs of 16 bytes
+      {FNORM_DTYPE_FLOAT32, 500, 0, 4, fnorm::Tier::Warp},  // 125 packs
       {FNORM_DTYPE_FLOAT32, 1026, 0, 2, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT32, 32768, 0, 4, fnorm::Tier::BlockRegisters},  // 8 packs of 4 x 1024 threads
       {FNORM_DTYPE_FLOAT32, 40000, 0, 4, fnorm::Tier::BlockSmem},
@@ -355,6 +356,7 @@ void test_plan() {
     v.cols = c.cols;
     v.x_row_stride = v.y_row_stride = c.cols;
     const fnorm::NormFwdPlan plan = plan_fwd(v, buf + c.offset, buf, nullptr, nullptr, smem);
+    CHECK(!plan.grid_per_row);  // no device: the occupancy-based grid choice is not made
     CHECK_EQ(plan.pack, c.pack);
     CHECK_EQ(static_cast<int>(plan.tier), static_cast<int>(c.tier));
     CHECK(plan.instance != nullptr && plan.instance->pack == c.pack && plan.instance->dtype == c.dtype);
@@ -394,7 +396,8 @@ void test_plan() {
   CHECK_EQ(pl.npack, 1);
   v.rows = 49152;
   // RMSNorm at 128-256 packs of 16 bytes: a block per row, one pack per
-  // thread; LayerNorm and longer rows keep four packs per thread.
+  // thread; LayerNorm from 128 packs of 16 bytes, and longer rows, a block
+  // of four packs per thread (one warp at 128 packs).
   if (dtype_built(FNORM_DTYPE_FLOAT16)) {
     for (int64_t cols : {1024, 2048, 4096}) {
       v.cols = cols;
@@ -404,15 +407,37 @@ void test_plan() {
       CHECK_EQ(pl.npack, cols == 4096 ? 4 : 1);
       CHECK_EQ(pl.block_threads, cols == 4096 ? 128 : static_cast<int>(cols / 8));
       const fnorm::NormFwdPlan ln = plan_fwd(v, buf, buf, nullptr, nullptr, dev, false);
-      CHECK_EQ(static_cast<int>(ln.tier),
-               static_cast<int>(cols == 1024 ? fnorm::Tier::Warp : fnorm::Tier::BlockRegisters));
+      CHECK_EQ(static_cast<int>(ln.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
       CHECK_EQ(ln.npack, 4);
+      CHECK_EQ(ln.block_threads, static_cast<int>(cols / 32));
     }
-    v.cols = 1024;  // misaligned: packs of 2 bytes stay on the warp tier
+    v.cols = 1024;  // misaligned: packs of 2 bytes stay on the warp tier, both norms
     v.x_row_stride = v.y_row_stride = 1024;
-    pl = plan_fwd(v, buf + 2, buf, nullptr, nullptr, dev, true);
-    CHECK_EQ(pl.pack, 1);
+    for (bool rms : {true, false}) {
+      pl = plan_fwd(v, buf + 2, buf, nullptr, nullptr, dev, rms);
+      CHECK_EQ(pl.pack, 1);
+      CHECK_EQ(static_cast<int>(pl.tier), static_cast<int>(fnorm::Tier::Warp));
+    }
+    v.cols = 768;  // LayerNorm below 128 packs: the warp tier
+    v.x_row_stride = v.y_row_stride = 768;
+    pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev, false);
     CHECK_EQ(static_cast<int>(pl.tier), static_cast<int>(fnorm::Tier::Warp));
+  }
+  // Block per row or one wave: a block per row where 4 or more blocks share
+  // an SM, or 2-3 with at least 8 rows per resident block; never at one
+  // block per SM (an SM would idle while its next block starts).
+  {
+    fnorm::RowView g = v;
+    g.rows = 16384;
+    CHECK(fnorm::fwd_grid_per_row(g, 8, dev));
+    CHECK(fnorm::fwd_grid_per_row(g, 4, dev));
+    g.rows = 4096;  // 2 blocks per SM: 264 resident, 15.5 rows each
+    CHECK(fnorm::fwd_grid_per_row(g, 2, dev));
+    g.rows = 1024;  // 2 blocks per SM, 3.9 rows each (bf16 1024 x 12288)
+    CHECK(!fnorm::fwd_grid_per_row(g, 2, dev));
+    CHECK(fnorm::fwd_grid_per_row(g, 4, dev));
+    g.rows = 1 << 20;
+    CHECK(!fnorm::fwd_grid_per_row(g, 1, dev));
   }
   // A row stride that is not a multiple of the pack narrows the pack.
   v.dtype = FNORM_DTYPE_FLOAT16;
