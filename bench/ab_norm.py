@@ -3,11 +3,19 @@
 each case runs bench_layernorm's measurement of our call once per build, three
 rounds interleaved, and prints the medians. One process, because the same
 shape moved by up to 6% between benchmark processes on the H200 (buffer
-placement), more than most changes being judged. PyTorch is not timed here.
+placement), more than most changes being judged. PyTorch and Liger are timed only
+when named (below).
 Usage: FNORM_LIB=LIB_A ab_norm.py NAME=LIB_A NAME=LIB_B[,VAR=VALUE...] [...] -- OP:DTYPE:ROWSxCOLS [...]
-(the variables are set in the environment while that build runs)
-(OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd)"""
-import ctypes, os, sys, statistics
+(the variables are set in the environment while that build runs; a forward's
+plan can be overridden per build with FNORM_NORM_FWD_PLAN, src/norm/norm_plan.cpp.
+The library reads that variable once per process, so each NAME loads its own
+copy of its library: one path may serve several NAMEs with different plans.)
+(OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd)
+Two reference columns may be named instead of a build, timed the same way in
+the same rounds: NAME=torch (PyTorch's op) and, for the forward ops,
+NAME=liger (Liger-Kernel, as bench_layernorm times it). A build that refuses
+a case (e.g. a plan override that cannot hold the row) shows n/a."""
+import ctypes, os, shutil, statistics, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_layernorm as bl  # noqa: E402
 import torch  # noqa: E402
@@ -21,9 +29,18 @@ for a in sys.argv[1:sep]:
     libs[n] = path
     envs[n] = dict(x.split("=", 1) for x in kv)
 cases = sys.argv[sep + 1:]
+# Reference columns: which of bench_*'s time_graph calls is theirs (ours is
+# the first; PyTorch's the second; Liger's the third, forward only).
+REFS = {"torch": 2, "liger": 3}
+refs = {n: REFS[p] for n, p in libs.items() if p in REFS}
+libs = {n: p for n, p in libs.items() if p not in REFS}
 cdll = {}
+copies = tempfile.mkdtemp(prefix="ab_norm_")
 for n, path in libs.items():
-    L = ctypes.CDLL(path)
+    # A copy per NAME: its own process-wide state (the plan knob read once).
+    copy = os.path.join(copies, f"{n}.so")
+    shutil.copy(path, copy)
+    L = ctypes.CDLL(copy)
     for name, (res, args) in fn._PROTOTYPES.items():
         f = getattr(L, name); f.restype = res; f.argtypes = args
     cdll[n] = L
@@ -35,12 +52,12 @@ for n, L in cdll.items():
 # Our call is the first graph each bench_* function times; the others
 # (PyTorch, unfused) are skipped.
 real_tg = bl.time_graph
-state = {"calls": 0}
+state = {"calls": 0, "want": 1}
 
 
 def tg(*a, **k):
     state["calls"] += 1
-    return real_tg(*a, **k) if state["calls"] == 1 else 1.0
+    return real_tg(*a, **k) if state["calls"] == state["want"] else 1.0
 
 
 bl.time_graph = tg
@@ -48,21 +65,36 @@ print(f"copy {B.copy_gbps:.0f} GB/s", flush=True)
 for case in cases:
     op, dt, shape = case.split(":")
     r, c = (int(v) for v in shape.split("x"))
-    res = {n: [] for n in cdll}
+    names = [n for n in envs if n in cdll or n in refs]
+    res = {n: [] for n in names}
+    diff = {}  # our builds: the largest |ours - PyTorch| seen (bench_* checks each on set 0)
     for rep in range(3):
-        for n in cdll:
-            fn.lib = cdll[n]; B.handle = handles[n]; state["calls"] = 0
+        for n in names:
+            lib_name = n if n in cdll else next(iter(cdll))
+            fn.lib = cdll[lib_name]; B.handle = handles[lib_name]; state["calls"] = 0
+            state["want"] = refs.get(n, 1)
             for k in set().union(*envs.values()):
                 os.environ.pop(k, None)
             os.environ.update(envs[n])
-            row = (bl.bench_bwd if op.endswith("_bwd") else bl.bench_fwd)(B, op, dt, r, c)
-            res[n].append(row["us"])
+            try:
+                row = (bl.bench_bwd if op.endswith("_bwd") else bl.bench_fwd)(B, op, dt, r, c)
+                us = {1: row.get("us"), 2: row.get("torch_us"), 3: row.get("liger_us")}[state["want"]]
+                if us is not None:
+                    res[n].append(us)
+                if n in cdll and row.get("max_abs_diff_vs_torch") is not None:
+                    diff[n] = max(diff.get(n, 0.0), row["max_abs_diff_vs_torch"])
+            except Exception as e:  # noqa: BLE001 - a refused variant is a cell, not the end of the run
+                print(f"  {case} {n}: {type(e).__name__}: {str(e)[:160]}", flush=True)
             torch.cuda.empty_cache()
-    base = statistics.median(res[list(cdll)[0]])
+    base = statistics.median(res[names[0]]) if res[names[0]] else float("nan")
     cells = []
-    for n in cdll:
+    for n in names:
+        if not res[n]:
+            cells.append(f"{n} n/a")
+            continue
         m = statistics.median(res[n])
         gb = bl.TENSORS_MOVED[op] * r * c * (4 if dt == "fp32" else 2) / (m * 1e-6) / 1e9
-        cells.append(f"{n} {m:8.1f} us ({100 * gb / B.copy_gbps:4.1f}%, x{base / m:.3f}) [{' '.join(f'{v:.1f}' for v in res[n])}]")
+        d = f" d={diff[n]:.2g}" if n in diff else ""
+        cells.append(f"{n} {m:8.1f} us ({100 * gb / B.copy_gbps:4.1f}%, x{base / m:.3f}){d} [{' '.join(f'{v:.1f}' for v in res[n])}]")
     print(f"{case:32s} " + " | ".join(cells), flush=True)
 os._exit(0)  # the handles belong to different libraries: no destructors at exit
