@@ -673,14 +673,15 @@ FNORM_API fnorm_status_t fnorm_linear_desc_get(fnorm_linear_desc_t desc,
 
 /** Bytes of the aux buffer a training forward with this descriptor writes
  *  and its backward reads: what the activation's derivative needs, in
- *  cuBLASLt's own formats (BIAS_RELU: a bit per element, 1 where z > 0;
+ *  cuBLASLt's own formats (BIAS_RELU: a bit per element, 1 where y > 0;
  *  BIAS_GELU: z itself, in y's dtype), each row of y padded as cuBLASLt
  *  requires (to 128 bits for RELU, to 8 elements for GELU). Treat the
  *  contents as opaque. 0 for NONE and BIAS. Depends only on the epilogue,
  *  y's dtype and y's sizes; the handle is not used beyond validation.
- *  Note: with fp16/bf16, cuBLASLt decides the ReLU bit and y from z rounded
- *  differently, so for z within rounding of 0 a bit may be 1 where y is 0;
- *  the backward follows the bit (either is a derivative of a z that
+ *  Note: for some shapes the library takes the ReLU bit from cuBLASLt's
+ *  RELU_AUX epilogue, which decides from z before rounding (and sets it at
+ *  z == 0 exactly): for z within rounding of 0 a bit may then be 1 where y
+ *  is 0; the backward follows the bit (either is a derivative of a z that
  *  rounding cannot tell from this one).
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (y_desc never set);
  *  NOT_SUPPORTED_BUILD. */
@@ -737,7 +738,8 @@ FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t 
 /** Scratch bytes fnorm_linear_bwd needs for these arguments: cuBLASLt's
  *  workspace, plus for BIAS_RELU / BIAS_GELU the gradient of z (m x n
  *  elements), plus per-block partial column sums for the bias gradients
- *  (used where cuBLASLt cannot fuse them). x_producer as in the launch
+ *  (used where cuBLASLt cannot fuse them, and for n = 1, where the library
+ *  computes dx, dw and db without GEMMs). x_producer as in the launch
  *  (NULL: none). Depends on the handle's multiprocessor count; touches no
  *  GPU. Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED_BUILD. */
 FNORM_API fnorm_status_t fnorm_linear_bwd_workspace_size(fnorm_handle_t handle,

@@ -44,6 +44,14 @@ namespace fnorm {
 // enough before it), which PyTorch also gives cuBLASLt there. The heuristic
 // is told this budget, so the algorithm never needs more.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
+// The budget the heuristic is told for forward GEMMs. With 32 MiB it picked
+// a slower kernel than PyTorch's for fp32 8192 x 256 x 512 (BIAS: 56.6 us
+// against 52.0); told 4 MiB (or 1) it picked PyTorch's (52.0), and no other
+// forward cell of the seed shapes moved by more than noise (H200, CUDA 13.0,
+// bench/ab_linear.py, 2026-11-22). Backward GEMMs keep 32 MiB: their split-K
+// kernels over m need it (fp32 8192 x 256 x 512 backward took 154 us instead
+// of 111 with 4 MiB).
+constexpr size_t kFwdHeuristicBudget = size_t{4} << 20;
 // Room to align the caller's workspace to 256 bytes ourselves.
 constexpr size_t kAlignSlack = 256;
 
@@ -58,10 +66,11 @@ struct GemmKey {
   uint32_t epilogue = 0;
   int64_t aux_ld = 0;
   uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0, align_aux = 0;
+  uint64_t budget = kCublasWorkspace;  // the workspace the heuristic may plan for
 
   auto tie() const {
     return std::tie(dtype, compute, transa, transb, rows, cols, inner, lda, ldb, ldd, epilogue, aux_ld, align_a,
-                    align_b, align_d, align_bias, align_aux);
+                    align_b, align_d, align_bias, align_aux, budget);
   }
   bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
 };
@@ -97,6 +106,20 @@ struct LinearState {
   // prints each new heuristic answer to stderr.
   bool force_unfused = false;
   bool verbose = false;
+  // A/B hooks (bench/ab_linear.py), read with the others:
+  // FNORM_LINEAR_FWD_AUX=lt|own: the forward's activation from cuBLASLt's
+  // epilogues always (lt: *_AUX_BIAS in training, RELU_BIAS / GELU_BIAS in
+  // inference) or from our passes beside the GEMM whenever the rule in
+  // linear_fwd.cpp may choose them (own); unset: that rule.
+  // FNORM_LINEAR_LEGACY_BWD=1: the partial-sums dz kernel even without
+  // partial sums (the first version).
+  // FNORM_LINEAR_NO_N1=1: n = 1 backward through the GEMMs, not our pass.
+  // FNORM_LINEAR_WS_MIB=N: the workspace budget the heuristic is told for
+  // every GEMM, forward and backward (at most 32; unset: GemmKey::budget).
+  enum class FwdAux { Rule, Lt, Own } fwd_aux = FwdAux::Rule;
+  bool legacy_bwd = false;
+  bool no_n1 = false;
+  uint64_t heuristic_budget = 0;  // 0: none forced
 };
 
 // A row-major matrix view of a tensor: the last dimension is the columns
@@ -116,6 +139,7 @@ struct LinearProblem {
 struct BwdLayout {
   size_t dz_offset = 0, partial_offset = 0, bytes = 0;
   int splits_n = 1, splits_k = 1;
+  int splits_n1 = 0;  // n = 1: launch_linear_bwd_n1's row slices (0: not planned)
 };
 
 // ---- cuBLASLt (linear_cublaslt.cpp) ------------------------------------------------

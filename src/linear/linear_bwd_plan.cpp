@@ -1,5 +1,6 @@
 // Fully-connected backward planning: the workspace layout
-// [align slack][cuBLASLt][dz][partial column sums].
+// [align slack][cuBLASLt][dz][partial column sums] (for n = 1 the partial
+// region also holds launch_linear_bwd_n1's sums).
 #include <algorithm>
 
 #include "linear/linear.hpp"
@@ -28,6 +29,12 @@ BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count) {
   if (chained) {
     l.splits_k = linear_colsum_splits(p.m, p.k, sm_count);
     partial = std::max(partial, bytes(static_cast<size_t>(l.splits_k), static_cast<size_t>(p.k), sizeof(float), "x_desc"));
+  }
+  if (p.n == 1) {
+    // launch_linear_bwd_n1's partial sums of dw and db (k + 1 columns).
+    l.splits_n1 = linear_n1_splits(p.m, p.k, sm_count);
+    const size_t cols = checked_add(static_cast<size_t>(p.k), 1, "x_desc");
+    partial = std::max(partial, bytes(static_cast<size_t>(l.splits_n1), cols, sizeof(float), "x_desc"));
   }
   l.bytes = checked_add(checked_add(kAlignSlack, l.partial_offset, "dy_desc"), partial, "dy_desc");
   return l;

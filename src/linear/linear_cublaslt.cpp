@@ -72,6 +72,17 @@ LinearState &state_of(fnorm_handle *h) {
     check_cublas(cublasLtCreate(&s->lt), "cublasLtCreate");
     s->force_unfused = env_flag("FNORM_LINEAR_UNFUSED");
     s->verbose = env_flag("FNORM_LINEAR_VERBOSE");
+    if (const char *v = std::getenv("FNORM_LINEAR_FWD_AUX")) {
+      if (std::strcmp(v, "lt") == 0) s->fwd_aux = LinearState::FwdAux::Lt;
+      if (std::strcmp(v, "own") == 0) s->fwd_aux = LinearState::FwdAux::Own;
+    }
+    s->legacy_bwd = env_flag("FNORM_LINEAR_LEGACY_BWD");
+    s->no_n1 = env_flag("FNORM_LINEAR_NO_N1");
+    if (const char *v = std::getenv("FNORM_LINEAR_WS_MIB")) {
+      const long mib = std::strtol(v, nullptr, 10);
+      if (mib > 0 && static_cast<uint64_t>(mib) <= (kCublasWorkspace >> 20))
+        s->heuristic_budget = static_cast<uint64_t>(mib) << 20;
+    }
     h->linear = s.release();
   }
   return *h->linear;
@@ -126,7 +137,7 @@ CachedAlgo find_algo(LinearState &s, const GemmKey &k, const GemmPointers &p) {
   auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void *v, size_t n) {
     check_cublas(cublasLtMatmulPreferenceSetAttribute(&pref, attr, v, n), "cublasLtMatmulPreferenceSetAttribute");
   };
-  const uint64_t budget = kCublasWorkspace;
+  const uint64_t budget = s.heuristic_budget != 0 ? s.heuristic_budget : k.budget;
   set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &budget, sizeof budget);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k.align_a, sizeof k.align_a);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k.align_b, sizeof k.align_b);

@@ -14,14 +14,21 @@ namespace {
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
 
+// tanh from one exponential and one reciprocal (the hardware's ex2 / rcp
+// approximations): absolute error ~1e-7, saturating to +-1 (1 - 2 / inf).
+// tanhf's full-precision sequence made the GELU passes compute-bound: the
+// forward pass over 8192 x 1024 fp16 took 12.3 us against 9 for
+// PyTorch's (H200, 2026-11-22).
+__device__ __forceinline__ float tanh_fast(float u) { return 1.f - __fdividef(2.f, __expf(2.f * u) + 1.f); }
+
 __device__ __forceinline__ float gelu(float z) {
   const float inner = kGeluBeta * (z + kGeluKappa * z * z * z);
-  return 0.5f * z * (1.f + tanhf(inner));
+  return 0.5f * z * (1.f + tanh_fast(inner));
 }
 
 __device__ __forceinline__ float gelu_grad(float z) {
   const float z2 = z * z;
-  const float t = tanhf(kGeluBeta * (z + kGeluKappa * z2 * z));
+  const float t = tanh_fast(kGeluBeta * (z + kGeluKappa * z2 * z));
   return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * kGeluBeta * (1.f + 3.f * kGeluKappa * z2);
 }
 
@@ -60,12 +67,131 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Backward tile: 32 lanes x 4 consecutive columns (a warp covers 128
-// columns, 256 contiguous bytes of fp16 per row) by 8 row lanes.
-constexpr int kVec = 4;
+// The element-wise passes below: blocks of 32 x 8 threads, a thread per 8
+// consecutive columns (16 bytes of fp16/bf16, 32 of fp32; one byte of the
+// ReLU mask) of one row; grid.x over a row's 256-column tiles, grid.y over
+// groups of 8 rows (striding when rows exceed 8 x 65535). No 64-bit
+// division per element (the first mask pass's 1-D indexing spent more on
+// it than on memory).
 constexpr int kColLanes = 32;
 constexpr int kRowLanes = 8;
+constexpr int kEwVec = 8;
+constexpr int kEwTile = kColLanes * kEwVec;
+
+dim3 ew_grid(int64_t rows, int64_t cols) {
+  const int64_t gx = cols / kEwTile + (cols % kEwTile != 0);
+  const int64_t gy = std::min<int64_t>(rows / kRowLanes + (rows % kRowLanes != 0), 65535);
+  return dim3(static_cast<unsigned>(std::max<int64_t>(gx, 1)), static_cast<unsigned>(std::max<int64_t>(gy, 1)));
+}
+
+// Forward after cuBLASLt's RELU_BIAS GEMM (no aux): the ReLU mask from y,
+// in the aux format (linear_kernels.hpp). The bit is y > 0, as PyTorch's
+// ReLU backward decides (a threshold on the output): where z rounds to 0
+// in the dtype, z = +-0 or NaN, the bit is 0. cuBLASLt's RELU_AUX differs
+// there (z within rounding of 0; its bit is 1 at z = 0 exactly, seen on the
+// H200): only elements where y == 0. Row padding bits (cols up to ld) are
+// written 0; mask_row_bytes = ld / 8.
+// packed: y and its rows 16-byte aligned. Uniform over the grid.
+template <typename T>
+__global__ void __launch_bounds__(kColLanes *kRowLanes)
+    linear_relu_mask_kernel(const T *__restrict__ y, int64_t ldy, int64_t rows, int64_t cols,
+                            unsigned char *__restrict__ mask, int64_t mask_row_bytes, bool packed) {
+  const int64_t byte = int64_t(blockIdx.x) * kColLanes + threadIdx.x;
+  if (byte >= mask_row_bytes) return;
+  const int64_t c0 = byte * 8;
+  for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < rows; r += int64_t(gridDim.y) * kRowLanes) {
+    unsigned bits = 0;
+    if (packed && c0 + 8 <= cols) {
+      float v[8];
+      load_pack<T, 8>(y + r * ldy + c0, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bits |= (v[j] > 0.f ? 1u : 0u) << j;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (c0 + j < cols && Convert<T>::to_float(y[r * ldy + c0 + j]) > 0.f) bits |= 1u << j;
+    }
+    mask[r * mask_row_bytes + byte] = static_cast<unsigned char>(bits);
+  }
+}
+
+// y = gelu(z) from z as stored (what F.linear then F.gelu computes): after
+// a BIAS GEMM that wrote z into GELU's aux (training) or into y itself
+// (inference; z == y, ldz == ldy: each thread reads its elements before it
+// writes them, so no __restrict__).
+// packed: z, y and their rows 16-byte aligned. Uniform.
+template <typename T>
+__global__ void __launch_bounds__(kColLanes *kRowLanes)
+    linear_gelu_pass_kernel(const T *z, int64_t ldz, T *y, int64_t ldy, int64_t rows, int64_t cols, bool packed) {
+  const int64_t c0 = (int64_t(blockIdx.x) * kColLanes + threadIdx.x) * kEwVec;
+  if (c0 >= cols) return;
+  for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < rows; r += int64_t(gridDim.y) * kRowLanes) {
+    if (packed && c0 + kEwVec <= cols) {
+      float v[kEwVec];
+      load_pack<T, kEwVec>(z + r * ldz + c0, v);
+#pragma unroll
+      for (int j = 0; j < kEwVec; ++j) v[j] = gelu(v[j]);
+      store_pack<T, kEwVec>(y + r * ldy + c0, v);
+    } else {
+      for (int j = 0; j < kEwVec && c0 + j < cols; ++j)
+        y[r * ldy + c0 + j] = Convert<T>::from_float(gelu(Convert<T>::to_float(z[r * ldz + c0 + j])));
+    }
+  }
+}
+
+// Backward, no bias-gradient partials: dz = dy * act'(aux), a thread per
+// 8 columns of a row (ReLU: exactly one mask byte, since ld is a multiple
+// of 128 bits). dz may be dy (in place): each thread reads its elements
+// before writing them. packed: dy, dz (and GELU's aux) 16-byte aligned rows.
+template <typename T, LinearAct ACT>
+__global__ void __launch_bounds__(kColLanes *kRowLanes)
+    linear_dz_kernel(const T *dy, int64_t lddy, const void *aux, int64_t aux_ld, T *dz, int64_t lddz, int64_t rows,
+                     int64_t cols, bool packed) {
+  const int64_t c0 = (int64_t(blockIdx.x) * kColLanes + threadIdx.x) * kEwVec;
+  if (c0 >= cols) return;
+  const bool full = packed && c0 + kEwVec <= cols;
+  for (int64_t r = int64_t(blockIdx.y) * kRowLanes + threadIdx.y; r < rows; r += int64_t(gridDim.y) * kRowLanes) {
+    float g[kEwVec], a[kEwVec];
+    if (full) {
+      load_pack<T, kEwVec>(dy + r * lddy + c0, g);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kEwVec; ++i) g[i] = c0 + i < cols ? Convert<T>::to_float(dy[r * lddy + c0 + i]) : 0.f;
+    }
+    unsigned bits = 0;
+    if (ACT == LinearAct::Relu) {
+      bits = static_cast<const unsigned char *>(aux)[(r * aux_ld + c0) >> 3];
+    } else if (ACT == LinearAct::Gelu) {
+      const T *za = static_cast<const T *>(aux) + r * aux_ld + c0;
+      if (full) {
+        load_pack<T, kEwVec>(za, a);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kEwVec; ++i) a[i] = c0 + i < cols ? Convert<T>::to_float(za[i]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kEwVec; ++i) {
+      if (ACT == LinearAct::Relu && ((bits >> i) & 1u) == 0) g[i] = 0.f;
+      if (ACT == LinearAct::Gelu) g[i] *= gelu_grad(a[i]);
+    }
+    if (full) {
+      store_pack<T, kEwVec>(dz + r * lddz + c0, g);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kEwVec; ++i)
+        if (c0 + i < cols) dz[r * lddz + c0 + i] = Convert<T>::from_float(g[i]);
+    }
+  }
+}
+
+// Backward with the bias gradient's partial sums (where cuBLASLt's BGRAD
+// epilogue is not used): 32 lanes x 4 consecutive columns (a warp covers
+// 128 columns, 256 contiguous bytes of fp16 per row) by 8 row lanes, each
+// block one row slice of one column tile.
+constexpr int kVec = 4;
 constexpr int kTileCols = kVec * kColLanes;
+constexpr int kColsPerSplitTile = kTileCols;  // linear_colsum_splits's column tile
 
 // dy and dz may be the same buffer: no __restrict__ on them.
 // packed: dy, dz (and GELU's aux) rows start 4-element aligned, so each
@@ -136,6 +262,124 @@ __global__ void __launch_bounds__(kColLanes *kRowLanes)
   }
 }
 
+// Backward of a layer with one output column (n = 1), without GEMMs: dz is
+// a column (dz_r = dy_r * act'(z_r), rounded to the dtype as stored), dx =
+// dz w^T an outer product, dw = x^T dz and db = sum(dz) reductions over the
+// rows. One block per (256-column tile of k, row slice): it writes its rows
+// of dx and the slice's fp32 sums of dw (cols entries) and db (entry cols)
+// to partial[slice * (cols + 1) + ...] (null: dx only);
+// linear_n1_finish_kernel adds the slices in a fixed order.
+// w's element c is at w[c * w_stride] (W [1, k] or [k, 1] with its ld).
+// packed: x and dx 16-byte aligned with 16-byte aligned rows. Uniform.
+constexpr int kN1Vec = 8;
+constexpr int kN1Unroll = 4;
+constexpr int kN1Tile = kN1Vec * kColLanes;
+
+template <typename T, LinearAct ACT>
+__global__ void __launch_bounds__(kColLanes *kRowLanes)
+    linear_bwd_n1_kernel(const T *__restrict__ dy, int64_t lddy, const void *__restrict__ aux, int64_t aux_ld,
+                         const T *__restrict__ x, int64_t ldx, const T *__restrict__ w, int64_t w_stride,
+                         T *__restrict__ dx, int64_t lddx, int64_t rows, int64_t cols, float *__restrict__ partial,
+                         int64_t rows_per_split, bool packed) {
+  __shared__ float red[kRowLanes][kN1Tile + 1];
+  const int64_t c0 = int64_t(blockIdx.x) * kN1Tile + threadIdx.x * kN1Vec;
+  const int64_t r_begin = int64_t(blockIdx.y) * rows_per_split;
+  const int64_t r_end = min(rows, r_begin + rows_per_split);
+  const bool full = packed && c0 + kN1Vec <= cols;
+  float wv[kN1Vec];
+#pragma unroll
+  for (int i = 0; i < kN1Vec; ++i)
+    wv[i] = dx != nullptr && c0 + i < cols ? Convert<T>::to_float(w[(c0 + i) * w_stride]) : 0.f;
+  float acc[kN1Vec] = {};
+  float dbacc = 0.f;
+  for (int64_t rb = r_begin + threadIdx.y; rb < r_end; rb += kRowLanes * kN1Unroll) {
+    float g[kN1Unroll];
+    float xv[kN1Unroll][kN1Vec];
+#pragma unroll
+    for (int u = 0; u < kN1Unroll; ++u) {
+      const int64_t r = rb + int64_t(u) * kRowLanes;
+      g[u] = 0.f;
+#pragma unroll
+      for (int i = 0; i < kN1Vec; ++i) xv[u][i] = 0.f;
+      if (r >= r_end) continue;
+      float v = Convert<T>::to_float(dy[r * lddy]);
+      if (ACT == LinearAct::Relu) {
+        // ld is a multiple of 128 bits: row r's bit 0 is bit 0 of a byte.
+        if ((static_cast<const unsigned char *>(aux)[(r * aux_ld) >> 3] & 1u) == 0) v = 0.f;
+      } else if (ACT == LinearAct::Gelu) {
+        v *= gelu_grad(Convert<T>::to_float(static_cast<const T *>(aux)[r * aux_ld]));
+      }
+      g[u] = round_to<T>(v);
+      if (partial != nullptr) {
+        if (full) {
+          load_pack<T, kN1Vec>(x + r * ldx + c0, xv[u]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN1Vec; ++i) xv[u][i] = c0 + i < cols ? Convert<T>::to_float(x[r * ldx + c0 + i]) : 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kN1Unroll; ++u) {
+      const int64_t r = rb + int64_t(u) * kRowLanes;
+      if (r >= r_end) break;
+      dbacc += g[u];
+#pragma unroll
+      for (int i = 0; i < kN1Vec; ++i) acc[i] = fmaf(g[u], xv[u][i], acc[i]);
+      if (dx != nullptr) {
+        float o[kN1Vec];
+#pragma unroll
+        for (int i = 0; i < kN1Vec; ++i) o[i] = g[u] * wv[i];
+        if (full) {
+          store_pack<T, kN1Vec>(dx + r * lddx + c0, o);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN1Vec; ++i)
+            if (c0 + i < cols) dx[r * lddx + c0 + i] = Convert<T>::from_float(o[i]);
+        }
+      }
+    }
+  }
+  if (partial == nullptr) return;  // uniform over the block
+#pragma unroll
+  for (int i = 0; i < kN1Vec; ++i) red[threadIdx.y][threadIdx.x * kN1Vec + i] = acc[i];
+  if (threadIdx.x == 0) red[threadIdx.y][kN1Tile] = dbacc;
+  __syncthreads();
+  float *out = partial + int64_t(blockIdx.y) * (cols + 1);
+  for (int t = threadIdx.y * kColLanes + threadIdx.x; t <= kN1Tile; t += kColLanes * kRowLanes) {
+    float s = 0.f;
+#pragma unroll
+    for (int y = 0; y < kRowLanes; ++y) s += red[y][t];
+    if (t < kN1Tile) {
+      const int64_t c = int64_t(blockIdx.x) * kN1Tile + t;
+      if (c < cols) out[c] = s;
+    } else if (blockIdx.x == 0) {
+      out[cols] = s;  // db: every column tile has the same rows; the first writes it
+    }
+  }
+}
+
+// dw[c * dw_stride] (c < cols) and db[0] (c == cols) from the slices'
+// partial sums: one warp per entry, lanes over slices, a fixed order.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    linear_n1_finish_kernel(const float *__restrict__ partial, int splits, int64_t cols, T *__restrict__ dw,
+                            int64_t dw_stride, T *__restrict__ db) {
+  const int64_t c = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (c > cols) return;  // uniform over the warp
+  float s = 0.f;
+  for (int i = lane; i < splits; i += 32) s += partial[int64_t(i) * (cols + 1) + c];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane != 0) return;
+  if (c < cols) {
+    if (dw != nullptr) dw[c * dw_stride] = Convert<T>::from_float(s);
+  } else if (db != nullptr) {
+    db[0] = Convert<T>::from_float(s);
+  }
+}
+
 template <typename T, LinearAct ACT>
 cudaError_t fwd_epilogue(void *y, int64_t rows, int64_t cols, int64_t ldy, const void *bias, void *aux,
                          cudaStream_t stream) {
@@ -159,32 +403,99 @@ cudaError_t fwd_epilogue_t(LinearAct act, void *y, int64_t rows, int64_t cols, i
   return cudaErrorInvalidValue;
 }
 
+template <typename T>
+bool rows_aligned16(const void *p, int64_t ld) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * sizeof(T)) % 16 == 0;
+}
+
 template <typename T, LinearAct ACT>
 cudaError_t bwd_act(const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz, int64_t rows,
-                    int64_t cols, float *partial, int splits, cudaStream_t stream) {
+                    int64_t cols, float *partial, int splits, cudaStream_t stream, bool legacy) {
+  const int64_t aux_ld = linear_aux_ld(ACT, cols);
+  // The element-wise pass took 7 us off the dz step of fp16 ReLU / GELU at
+  // 8192 x 1024 (backward 69.2 against 76.2 us at 1024 x 784) but added
+  // 7-18 us to fp32 ReLU (707 against 689), where the partial-sums tile
+  // stays (fp32 GELU: equal) (H200, bench/ab_linear.py, 2026-11-22).
+  const bool flat_wins = !(sizeof(T) == 4 && ACT == LinearAct::Relu);
+  if (partial == nullptr && dz != nullptr && !legacy && flat_wins) {
+    // GELU's aux rows are ld = 8k elements apart from a 16-byte aligned base.
+    const bool packed = rows_aligned16<T>(dy, lddy) && rows_aligned16<T>(dz, lddz) &&
+                        (ACT != LinearAct::Gelu || rows_aligned16<T>(aux, aux_ld));
+    linear_dz_kernel<T, ACT><<<ew_grid(rows, cols), dim3(kColLanes, kRowLanes), 0, stream>>>(
+        static_cast<const T *>(dy), lddy, aux, aux_ld, static_cast<T *>(dz), lddz, rows, cols, packed);
+    return cudaPeekAtLastError();
+  }
   const int64_t rows_per_split = (rows + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned>(splits));
+  const dim3 grid(static_cast<unsigned>(cols / kTileCols + (cols % kTileCols != 0)), static_cast<unsigned>(splits));
   constexpr uintptr_t kAlign = sizeof(T) * kVec;
-  // GELU's aux rows are ld = 8k elements apart from a 16-byte aligned base.
   const bool packed = reinterpret_cast<uintptr_t>(dy) % kAlign == 0 && lddy % kVec == 0 &&
                       (dz == nullptr || (reinterpret_cast<uintptr_t>(dz) % kAlign == 0 && lddz % kVec == 0)) &&
                       (ACT != LinearAct::Gelu || reinterpret_cast<uintptr_t>(aux) % kAlign == 0);
   linear_bwd_act_kernel<T, ACT><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
-      static_cast<const T *>(dy), lddy, aux, linear_aux_ld(ACT, cols), static_cast<T *>(dz), lddz, rows, cols,
-      partial, rows_per_split, packed);
+      static_cast<const T *>(dy), lddy, aux, aux_ld, static_cast<T *>(dz), lddz, rows, cols, partial,
+      rows_per_split, packed);
   return cudaPeekAtLastError();
 }
 
 template <typename T>
-cudaError_t bwd_act_t(LinearAct act, const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz,
-                      int64_t rows, int64_t cols, float *partial, int splits, cudaStream_t stream) {
+cudaError_t bwd_act_t(LinearAct act, bool legacy, const void *dy, int64_t lddy, const void *aux, void *dz,
+                      int64_t lddz, int64_t rows, int64_t cols, float *partial, int splits, cudaStream_t stream) {
   switch (act) {
     case LinearAct::None:
-      return bwd_act<T, LinearAct::None>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::None>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream, legacy);
     case LinearAct::Relu:
-      return bwd_act<T, LinearAct::Relu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::Relu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream, legacy);
     case LinearAct::Gelu:
-      return bwd_act<T, LinearAct::Gelu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::Gelu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream, legacy);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t relu_mask(const void *y, int64_t ldy, int64_t rows, int64_t cols, void *aux, cudaStream_t stream) {
+  const int64_t row_bytes = linear_aux_ld(LinearAct::Relu, cols) / 8;
+  // One thread per mask byte: grid.x over a row's bytes in 32s.
+  dim3 grid = ew_grid(rows, 1);
+  grid.x = static_cast<unsigned>(row_bytes / kColLanes + (row_bytes % kColLanes != 0));
+  linear_relu_mask_kernel<T><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
+      static_cast<const T *>(y), ldy, rows, cols, static_cast<unsigned char *>(aux), row_bytes,
+      rows_aligned16<T>(y, ldy));
+  return cudaPeekAtLastError();
+}
+
+template <typename T>
+cudaError_t gelu_pass(const void *z, int64_t ldz, void *y, int64_t ldy, int64_t rows, int64_t cols,
+                      cudaStream_t stream) {
+  linear_gelu_pass_kernel<T><<<ew_grid(rows, cols), dim3(kColLanes, kRowLanes), 0, stream>>>(
+      static_cast<const T *>(z), ldz, static_cast<T *>(y), ldy, rows, cols,
+      rows_aligned16<T>(z, ldz) && rows_aligned16<T>(y, ldy));
+  return cudaPeekAtLastError();
+}
+
+template <typename T, LinearAct ACT>
+cudaError_t bwd_n1(const LinearN1Args &a, cudaStream_t stream) {
+  const int64_t rows_per_split = (a.rows + a.splits - 1) / a.splits;
+  const dim3 grid(static_cast<unsigned>(a.cols / kN1Tile + (a.cols % kN1Tile != 0)), static_cast<unsigned>(a.splits));
+  const bool packed = (a.partial == nullptr || rows_aligned16<T>(a.x, a.ldx)) &&
+                      (a.dx == nullptr || rows_aligned16<T>(a.dx, a.lddx));
+  linear_bwd_n1_kernel<T, ACT><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
+      static_cast<const T *>(a.dy), a.lddy, a.aux, linear_aux_ld(ACT, 1), static_cast<const T *>(a.x), a.ldx,
+      static_cast<const T *>(a.w), a.w_stride, static_cast<T *>(a.dx), a.lddx, a.rows, a.cols, a.partial,
+      rows_per_split, packed);
+  cudaError_t e = cudaPeekAtLastError();
+  if (e != cudaSuccess || a.partial == nullptr) return e;
+  const int64_t warps = a.cols + 1;
+  linear_n1_finish_kernel<T><<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
+      a.partial, a.splits, a.cols, static_cast<T *>(a.dw), a.dw_stride, static_cast<T *>(a.db));
+  return cudaPeekAtLastError();
+}
+
+template <typename T>
+cudaError_t bwd_n1_t(const LinearN1Args &a, cudaStream_t stream) {
+  switch (a.act) {
+    case LinearAct::None: return bwd_n1<T, LinearAct::None>(a, stream);
+    case LinearAct::Relu: return bwd_n1<T, LinearAct::Relu>(a, stream);
+    case LinearAct::Gelu: return bwd_n1<T, LinearAct::Gelu>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -206,7 +517,7 @@ int linear_colsum_splits(int64_t rows, int64_t cols, int sm_count) {
   // threads) ran dy -> dz of 8192 x 1024 fp16 in ~25 us, a third of the
   // copy bandwidth (H200, 2026-11-22): aim at 8 blocks of 256 threads per
   // SM, each row slice at least 16 rows (two per row lane).
-  const int64_t col_blocks = cols / kTileCols + (cols % kTileCols != 0);  // no cols + 31 overflow
+  const int64_t col_blocks = cols / kColsPerSplitTile + (cols % kColsPerSplitTile != 0);  // no cols + 31 overflow
   const int64_t want = (8 * int64_t{std::max(sm_count, 1)} + col_blocks - 1) / col_blocks;
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(512, rows / 16));
   return static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
@@ -226,14 +537,53 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
 
 cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
                                   const void *aux, void *dz, int64_t lddz, int64_t rows, int64_t cols,
-                                  float *partial, int splits, cudaStream_t stream) {
+                                  float *partial, int splits, cudaStream_t stream, bool legacy) {
   switch (dtype) {
     case FNORM_DTYPE_FLOAT32:
-      return bwd_act_t<float>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<float>(act, legacy, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
     case FNORM_DTYPE_FLOAT16:
-      return bwd_act_t<__half>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<__half>(act, legacy, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
     case FNORM_DTYPE_BFLOAT16:
-      return bwd_act_t<__nv_bfloat16>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<__nv_bfloat16>(act, legacy, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_linear_relu_mask(fnorm_dtype_t dtype, const void *y, int64_t ldy, int64_t rows, int64_t cols,
+                                    void *aux, cudaStream_t stream) {
+  switch (dtype) {
+    case FNORM_DTYPE_FLOAT32: return relu_mask<float>(y, ldy, rows, cols, aux, stream);
+    case FNORM_DTYPE_FLOAT16: return relu_mask<__half>(y, ldy, rows, cols, aux, stream);
+    case FNORM_DTYPE_BFLOAT16: return relu_mask<__nv_bfloat16>(y, ldy, rows, cols, aux, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_linear_gelu_pass(fnorm_dtype_t dtype, const void *z, int64_t ldz, void *y, int64_t ldy,
+                                    int64_t rows, int64_t cols, cudaStream_t stream) {
+  switch (dtype) {
+    case FNORM_DTYPE_FLOAT32: return gelu_pass<float>(z, ldz, y, ldy, rows, cols, stream);
+    case FNORM_DTYPE_FLOAT16: return gelu_pass<__half>(z, ldz, y, ldy, rows, cols, stream);
+    case FNORM_DTYPE_BFLOAT16: return gelu_pass<__nv_bfloat16>(z, ldz, y, ldy, rows, cols, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int linear_n1_splits(int64_t rows, int64_t cols, int sm_count) {
+  // One 256-column tile of k per block and row slices of at least 32 rows
+  // (one pass of 4 rows per row lane); two blocks per SM over the column
+  // tiles keep the finishing pass short (at most 2 x SMs partials a column).
+  const int64_t col_blocks = cols / kN1Tile + (cols % kN1Tile != 0);
+  const int64_t want = (2 * int64_t{std::max(sm_count, 1)} + col_blocks - 1) / col_blocks;
+  const int64_t most = std::max<int64_t>(1, rows / 32);
+  return static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
+}
+
+cudaError_t launch_linear_bwd_n1(fnorm_dtype_t dtype, const LinearN1Args &args, cudaStream_t stream) {
+  switch (dtype) {
+    case FNORM_DTYPE_FLOAT32: return bwd_n1_t<float>(args, stream);
+    case FNORM_DTYPE_FLOAT16: return bwd_n1_t<__half>(args, stream);
+    case FNORM_DTYPE_BFLOAT16: return bwd_n1_t<__nv_bfloat16>(args, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -16,7 +16,8 @@ enum class LinearAct { None = 0, Relu = 1, Gelu = 2 };
 // The aux formats are cuBLASLt's (RELU_AUX / GELU_AUX), for a column-major
 // D of `cols` rows (n) and `rows` columns (m), i.e. y's row r is D's column r:
 //  RELU: a bit per element, bit c of row r at bit index r * ld + c (bits
-//        numbered from the least significant bit of byte 0), 1 where z > 0;
+//        numbered from the least significant bit of byte 0), 1 where y > 0
+//        (our passes; cuBLASLt's RELU_AUX: z > 0 before rounding, and z == 0);
 //        ld (in bits) a multiple of 128.
 //  GELU: z in y's dtype, element c of row r at r * ld + c; ld a multiple of 8.
 int64_t linear_aux_ld(LinearAct act, int64_t cols);
@@ -33,10 +34,48 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
 // for LinearAct::None). dz may be null (not written) or the very same
 // buffer as dy (in place); with partial non-null, the column sums of dz in
 // fp32 of the `splits` row slices go to partial[s * cols + c] (reduce them
-// with launch_column_sums, core/column_sums.hpp).
+// with launch_column_sums, core/column_sums.hpp). Without partial, a plain
+// element-wise pass (a thread per 8 columns of a row); legacy: the
+// partial-sums kernel anyway, as before (test hook FNORM_LINEAR_LEGACY_BWD).
 cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
                                   const void *aux, void *dz, int64_t lddz, int64_t rows,
-                                  int64_t cols, float *partial, int splits, cudaStream_t stream);
+                                  int64_t cols, float *partial, int splits, cudaStream_t stream,
+                                  bool legacy = false);
+
+// Training forward after cuBLASLt's RELU_BIAS GEMM (no aux): the ReLU mask
+// of y [rows, cols] (row stride ldy) into aux in the RELU format above, bit
+// = y > 0 (pad bits 0). Assumptions: aux is laid out as above.
+cudaError_t launch_linear_relu_mask(fnorm_dtype_t dtype, const void *y, int64_t ldy, int64_t rows, int64_t cols,
+                                    void *aux, cudaStream_t stream);
+
+// After a BIAS GEMM that wrote z into the GELU aux (training) or into y
+// (inference, z == y and ldz == ldy): y = gelu(z as stored), rows x cols.
+cudaError_t launch_linear_gelu_pass(fnorm_dtype_t dtype, const void *z, int64_t ldz, void *y, int64_t ldy,
+                                    int64_t rows, int64_t cols, cudaStream_t stream);
+
+// Backward of a layer with n = 1 without GEMMs (see launch_linear_bwd_n1).
+struct LinearN1Args {
+  LinearAct act = LinearAct::None;
+  const void *dy = nullptr;  // [rows, 1], row stride lddy
+  const void *aux = nullptr;  // act's aux for n = 1
+  const void *x = nullptr;    // [rows, cols], row stride ldx (needed with dw)
+  const void *w = nullptr;    // element c at w[c * w_stride] (needed with dx)
+  void *dx = nullptr, *dw = nullptr, *db = nullptr;  // each optional
+  int64_t lddy = 1, ldx = 1, w_stride = 1, lddx = 1, dw_stride = 1;
+  int64_t rows = 0, cols = 0;  // m and k
+  float *partial = nullptr;    // splits x (cols + 1) fp32; needed with dw or db
+  int splits = 1;              // linear_n1_splits
+};
+
+// dz = dy * act'(aux) (a column, rounded to the dtype), dx = dz w^T, dw =
+// x^T dz, db = sum(dz): one pass over x and dx, then (with dw or db) a
+// short pass adding the row slices' partial sums in a fixed order.
+// Assumptions: 1 <= splits <= linear_n1_splits's answer for rows (each slice
+// non-empty is not required); partial non-null iff dw or db is wanted.
+cudaError_t launch_linear_bwd_n1(fnorm_dtype_t dtype, const LinearN1Args &args, cudaStream_t stream);
+
+// Row slices of launch_linear_bwd_n1.
+int linear_n1_splits(int64_t rows, int64_t cols, int sm_count);
 
 // Row slices of launch_linear_bwd_act's grid (and of its column sums):
 // enough blocks to fill the device, at least 16 rows a slice, at most 512

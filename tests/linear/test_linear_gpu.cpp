@@ -3,8 +3,12 @@
 // (every combination) plus a few with 1000, both weight layouts, every
 // epilogue and dtype, fp32 with and without TF32; misaligned pointers (one
 // element off), padded row strides, a rank-3 x; the library's own epilogue
-// kernels (FNORM_LINEAR_UNFUSED handle) beside cuBLASLt's fused ones; two
-// threads on two handles and on one handle. Fresh random inputs every run
+// kernels (FNORM_LINEAR_UNFUSED handle) beside cuBLASLt's fused ones; the
+// A/B hooks' handles (legacy: cuBLASLt's aux epilogues, the first dz kernel,
+// GEMMs at n = 1; own: our activation passes everywhere); n = 1 with k over
+// several column tiles; the aux our passes write against cuBLASLt's, bit for
+// bit (run_aux_format); two threads on two handles and on one handle.
+// Fresh random inputs every run
 // (seed printed; FNORM_TEST_SEED repeats one). Outputs are poisoned (NaN)
 // and followed by guard elements that must stay poisoned; input padding is
 // NaN, so reading it shows.
@@ -185,18 +189,21 @@ struct Case {
   bool rank3 = false;     // x, y, dy, dx as [2, m / 2, .]
   bool tf32 = false;
   bool unfused = false;   // the FNORM_LINEAR_UNFUSED handle
+  bool legacy = false;    // the handle on cuBLASLt's aux epilogues and GEMMs at n = 1 (the A/B hooks)
+  bool own = false;       // the handle on our activation passes wherever they apply (FNORM_LINEAR_FWD_AUX=own)
   std::string str() const {
     char b[200];
-    std::snprintf(b, sizeof b, "%s %s %s m=%lld n=%lld k=%lld%s%s%s%s%s", fnorm_test::dtype_str(dtype),
+    std::snprintf(b, sizeof b, "%s %s %s m=%lld n=%lld k=%lld%s%s%s%s%s%s%s", fnorm_test::dtype_str(dtype),
                   layout == FNORM_LINEAR_WEIGHT_KN ? "kn" : "nk", epi_str(epi), static_cast<long long>(m),
                   static_cast<long long>(n), static_cast<long long>(k), misalign ? " misaligned" : "",
-                  pad ? " padded" : "", rank3 ? " rank3" : "", tf32 ? " tf32" : "", unfused ? " unfused" : "");
+                  pad ? " padded" : "", rank3 ? " rank3" : "", tf32 ? " tf32" : "", unfused ? " unfused" : "",
+                  legacy ? " legacy" : "", own ? " own" : "");
     return b;
   }
 };
 
 struct Ctx {
-  fnorm_handle_t fused = nullptr, unfused = nullptr;
+  fnorm_handle_t fused = nullptr, unfused = nullptr, legacy = nullptr, own = nullptr;
   uint64_t seed = 0;
   long cases = 0, failures = 0, not_supported = 0;
   std::vector<std::string> ns_list;
@@ -276,7 +283,7 @@ void run_case(Ctx &ctx, const Case &c) {
   CHECK_STATUS(fnorm_linear_desc_create(&desc), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_linear_desc_set(desc, c.epi, c.layout, c.tf32 ? FNORM_LINEAR_FLAG_ALLOW_TF32 : 0),
                FNORM_STATUS_SUCCESS);
-  fnorm_handle_t h = c.unfused ? ctx.unfused : ctx.fused;
+  fnorm_handle_t h = c.unfused ? ctx.unfused : c.legacy ? ctx.legacy : c.own ? ctx.own : ctx.fused;
   Desc xd, wd, yd, dyd, dxd;
   xd.set(x, c.rank3);
   wd.set(w);
@@ -330,6 +337,29 @@ void run_case(Ctx &ctx, const Case &c) {
       wy.add(i, j, y.at(i, j), ref, allowed);
     }
   bool ok = wy.ok("y", c);
+
+  // Inference (no aux) must give y within the same bounds.
+  if (act) {
+    DevMatrix yi(t, c.m, c.n, y.ld, off);
+    st = fnorm_linear_fwd(h, nullptr, desc, xd.d, x.ptr(), wd.d, w.ptr(), bias.ptr(), yd.d, yi.ptr(), nullptr, 0, wsp,
+                          ws_bytes);
+    if (!status_ok(ctx, c, st, "fwd (inference)")) {
+      fnorm_linear_desc_destroy(desc);
+      return;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    const bool yi_guard = yi.read();
+    if (!yi_guard) std::fprintf(stderr, "FAIL %s: inference y's guard or padding was written\n", c.str().c_str());
+    Worst wyi;
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        const size_t e = static_cast<size_t>(i * c.n + j);
+        const double ref = gelu_act ? gelu(z[e]) : std::max(z[e], 0.0);
+        wyi.add(i, j, yi.at(i, j), ref,
+                2 * u * std::fabs(ref) + 1.2 * ztol[e] + (gelu_act ? std::ldexp(std::fabs(z[e]), -10) : 0.0));
+      }
+    ok = wyi.ok("y (inference)", c) && yi_guard && ok;
+  }
 
   // The aux buffer holds what cuBLASLt's formats say (linear_kernels.hpp):
   // ReLU's bits must agree with y > 0, GELU's values with z. Nothing past
@@ -437,6 +467,124 @@ void run_case(Ctx &ctx, const Case &c) {
   if (!ok) ++ctx.failures;
   record(ok, __FILE__, __LINE__, c.str());
   fnorm_linear_desc_destroy(desc);
+}
+
+// The training forward's aux written by our passes (ReLU: the mask from y
+// after cuBLASLt's RELU_BIAS; GELU: z from the BIAS GEMM, where the rule
+// picks them) against what cuBLASLt's RELU_AUX_BIAS / GELU_AUX_BIAS write
+// for the same inputs (the `legacy` handle), bit for bit: the chained
+// backward hands our aux to cuBLASLt's DRELU_BGRAD / DGELU_BGRAD, which read
+// its format. Inputs are small integers (x, w, bias in {-1, 0, 1}): z is
+// exact in every dtype and often exactly 0. Where z != 0 the mask bits must
+// agree exactly (and equal z > 0); where z == 0 ours must be 0 (y > 0, as
+// PyTorch's ReLU backward) and cuBLASLt's is counted and reported (its
+// RELU_AUX sets it there: a different derivative at 0, not a different
+// format). GELU's z must agree bit for bit; y too for ReLU. Row padding is
+// reported, not compared (ours writes 0 there). Ragged m and n, n across
+// the 128-bit row padding, y one element off (the element-wise path of the
+// mask pass), m = 1, n = 1.
+long g_zero_bits = 0, g_zero_bits_lt_set = 0;
+
+void run_aux_format(Ctx &ctx) {
+  const int64_t shapes[][3] = {{17, 3, 64},  {64, 200, 17}, {1, 1, 1},    {1000, 129, 17},
+                               {1000, 1, 64}, {1, 300, 5},   {33, 128, 8}, {8, 1000, 3}};
+  std::mt19937_64 rng(ctx.seed + 991);
+  long compared = 0, mismatched = 0, pad_written = 0, pad_bytes = 0;
+  for (fnorm_dtype_t t : {FNORM_DTYPE_FLOAT32, FNORM_DTYPE_FLOAT16, FNORM_DTYPE_BFLOAT16})
+    for (fnorm_linear_epilogue_t e : {FNORM_LINEAR_EPILOGUE_BIAS_RELU, FNORM_LINEAR_EPILOGUE_BIAS_GELU})
+      for (fnorm_linear_weight_layout_t lay : {FNORM_LINEAR_WEIGHT_KN, FNORM_LINEAR_WEIGHT_NK})
+        for (const auto &sh : shapes)
+          for (int64_t off : {0, 1}) {
+            const int64_t m = sh[0], n = sh[1], k = sh[2];
+            const bool kn = lay == FNORM_LINEAR_WEIGHT_KN;
+            DevMatrix x(t, m, k, k, off), w(t, kn ? k : n, kn ? n : k, kn ? n : k, off), b(t, 1, n, n, 0);
+            DevMatrix y0(t, m, n, n, off), y1(t, m, n, n, off);
+            for (DevMatrix *d : {&x, &w, &b}) {
+              d->fill(rng, -1.49, 1.49);  // rounds to -1, 0 or 1 below
+              for (double &v : d->v) v = std::nearbyint(v);
+              std::vector<unsigned char> h(d->span_elems() * fnorm_test::elem_size(t), 0xff);
+              for (int64_t r = 0; r < d->rows; ++r)
+                for (int64_t c = 0; c < d->cols; ++c) store(t, h.data(), d->offset + r * d->ld + c, d->at(r, c));
+              CUDA_OK(cudaMemcpy(d->base, h.data(), h.size(), cudaMemcpyHostToDevice));
+            }
+            fnorm_linear_desc_t desc = nullptr;
+            CHECK_STATUS(fnorm_linear_desc_create(&desc), FNORM_STATUS_SUCCESS);
+            CHECK_STATUS(fnorm_linear_desc_set(desc, e, lay, 0), FNORM_STATUS_SUCCESS);
+            Desc xd, wd, yd;
+            xd.set(x);
+            wd.set(w);
+            yd.set(y0);
+            size_t aux_bytes = 0, ws_bytes = 0;
+            CHECK_STATUS(fnorm_linear_aux_size(ctx.fused, desc, yd.d, &aux_bytes), FNORM_STATUS_SUCCESS);
+            CHECK_STATUS(fnorm_linear_fwd_workspace_size(ctx.fused, desc, xd.d, wd.d, yd.d, &ws_bytes),
+                         FNORM_STATUS_SUCCESS);
+            DevBytes a0(aux_bytes), a1(aux_bytes), ws(ws_bytes);
+            CUDA_OK(cudaMemset(a0.p, 0xa5, aux_bytes));
+            CUDA_OK(cudaMemset(a1.p, 0xa5, aux_bytes));
+            const fnorm_status_t s0 = fnorm_linear_fwd(ctx.own, nullptr, desc, xd.d, x.ptr(), wd.d, w.ptr(), b.ptr(),
+                                                       yd.d, y0.ptr(), a0.p, aux_bytes, ws.p, ws_bytes);
+            const fnorm_status_t s1 = fnorm_linear_fwd(ctx.legacy, nullptr, desc, xd.d, x.ptr(), wd.d, w.ptr(),
+                                                       b.ptr(), yd.d, y1.ptr(), a1.p, aux_bytes, ws.p, ws_bytes);
+            fnorm_linear_desc_destroy(desc);
+            char what[160];
+            std::snprintf(what, sizeof what, "aux format %s %s %s m=%lld n=%lld k=%lld%s", fnorm_test::dtype_str(t),
+                          epi_str(e), kn ? "kn" : "nk", static_cast<long long>(m), static_cast<long long>(n),
+                          static_cast<long long>(k), off ? " y misaligned" : "");
+            if (s0 != FNORM_STATUS_SUCCESS || s1 != FNORM_STATUS_SUCCESS) {
+              // One element off may have no cuBLASLt kernel at all (both say so).
+              const bool ns = off && s0 == FNORM_STATUS_NOT_SUPPORTED && s1 == FNORM_STATUS_NOT_SUPPORTED;
+              if (!ns) std::fprintf(stderr, "FAIL %s: status ours %d, cuBLASLt's %d\n", what, s0, s1);
+              if (ns) ++counters().skipped;
+              record(ns, __FILE__, __LINE__, what);
+              continue;
+            }
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<unsigned char> h0(aux_bytes), h1(aux_bytes);
+            CUDA_OK(cudaMemcpy(h0.data(), a0.p, aux_bytes, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(h1.data(), a1.p, aux_bytes, cudaMemcpyDeviceToHost));
+            long bad = 0;
+            if (e == FNORM_LINEAR_EPILOGUE_BIAS_RELU) {
+              const int64_t ld = (n + 127) / 128 * 128;
+              for (int64_t r = 0; r < m; ++r) {
+                for (int64_t c = 0; c < n; ++c) {
+                  double z = b.at(0, c);
+                  for (int64_t kk = 0; kk < k; ++kk) z += x.at(r, kk) * (kn ? w.at(kk, c) : w.at(c, kk));
+                  const int64_t bit = r * ld + c;
+                  const unsigned ours = (h0[bit >> 3] >> (bit & 7)) & 1, lts = (h1[bit >> 3] >> (bit & 7)) & 1;
+                  if (z == 0) {
+                    ++g_zero_bits;
+                    g_zero_bits_lt_set += lts;
+                    bad += ours != 0;
+                  } else {
+                    bad += ours != lts || ours != (z > 0 ? 1u : 0u);
+                  }
+                }
+                for (int64_t byte = (r * ld + n + 7) / 8; byte < (r + 1) * ld / 8; ++byte) {
+                  ++pad_bytes;
+                  pad_written += h1[byte] != 0xa5;
+                }
+              }
+              compared += m * n;
+            } else {
+              const int64_t ld = (n + 7) / 8 * 8, es = static_cast<int64_t>(fnorm_test::elem_size(t));
+              for (int64_t r = 0; r < m; ++r)
+                bad += std::memcmp(&h0[r * ld * es], &h1[r * ld * es], static_cast<size_t>(n * es)) != 0;
+              compared += m * n;
+            }
+            const bool ys_ok = y0.read() && y1.read();
+            bool same_y = ys_ok;
+            if (e == FNORM_LINEAR_EPILOGUE_BIAS_RELU)
+              for (size_t i = 0; i < y0.v.size(); ++i) same_y = same_y && y0.v[i] == y1.v[i];
+            if (bad) std::fprintf(stderr, "FAIL %s: %ld %s differ from cuBLASLt's (ReLU: where z != 0) or are set at z == 0\n",
+                                  what, bad, e == FNORM_LINEAR_EPILOGUE_BIAS_RELU ? "mask bits" : "rows of z");
+            if (!same_y) std::fprintf(stderr, "FAIL %s: y differs from cuBLASLt's RELU_AUX_BIAS (or a guard was written)\n", what);
+            mismatched += bad;
+            record(bad == 0 && same_y, __FILE__, __LINE__, what);
+          }
+  std::printf("aux format: %ld elements' aux compared with cuBLASLt's, %ld differ; at z == 0 exactly (%ld ReLU "
+              "elements) ours is 0 and cuBLASLt's bit was set at %ld; cuBLASLt wrote %ld of %ld whole padding bytes "
+              "of the ReLU rows (ours writes 0 there)\n",
+              compared, mismatched, g_zero_bits, g_zero_bits_lt_set, pad_written, pad_bytes);
 }
 
 // Two threads launching forwards of many shapes at once, on two handles and
@@ -555,6 +703,28 @@ int main() {
     run_case(ctx, c);
   }
   unsetenv("FNORM_LINEAR_UNFUSED");
+  // The legacy handle: cuBLASLt's *_AUX_BIAS epilogues in the training
+  // forward, the first dz kernel, the GEMMs at n = 1 (the A/B hooks).
+  setenv("FNORM_LINEAR_FWD_AUX", "lt", 1);
+  setenv("FNORM_LINEAR_LEGACY_BWD", "1", 1);
+  setenv("FNORM_LINEAR_NO_N1", "1", 1);
+  CHECK_STATUS(fnorm_create(&ctx.legacy), FNORM_STATUS_SUCCESS);
+  {
+    Case c{FNORM_DTYPE_FLOAT32, FNORM_LINEAR_WEIGHT_KN, FNORM_LINEAR_EPILOGUE_BIAS, 3, 3, 3};
+    c.legacy = true;
+    run_case(ctx, c);
+  }
+  unsetenv("FNORM_LINEAR_LEGACY_BWD");
+  unsetenv("FNORM_LINEAR_NO_N1");
+  // The own handle: our activation passes wherever they apply.
+  setenv("FNORM_LINEAR_FWD_AUX", "own", 1);
+  CHECK_STATUS(fnorm_create(&ctx.own), FNORM_STATUS_SUCCESS);
+  {
+    Case c{FNORM_DTYPE_FLOAT32, FNORM_LINEAR_WEIGHT_KN, FNORM_LINEAR_EPILOGUE_BIAS, 3, 3, 3};
+    c.own = true;
+    run_case(ctx, c);
+  }
+  unsetenv("FNORM_LINEAR_FWD_AUX");
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -598,6 +768,36 @@ int main() {
           run_case(ctx, c);
           c.misalign = true;
           run_case(ctx, c);
+          c.unfused = c.misalign = false;
+          c.legacy = true;
+          run_case(ctx, c);
+          c.legacy = false;
+          c.own = true;
+          run_case(ctx, c);
+          c.misalign = true;
+          run_case(ctx, c);
+        }
+        for (const auto &s : big) {
+          Case c{dt, lay, e, s[0], s[1], s[2]};
+          c.own = true;
+          run_case(ctx, c);
+        }
+        // n = 1 and m = 1 on the legacy handle too (our n = 1 pass is the default).
+        for (const auto &s : {std::array<int64_t, 3>{1000, 1, 64}, std::array<int64_t, 3>{17, 1, 3},
+                              std::array<int64_t, 3>{1, 1, 17}, std::array<int64_t, 3>{1, 64, 17}}) {
+          Case c{dt, lay, e, s[0], s[1], s[2]};
+          c.legacy = true;
+          run_case(ctx, c);
+        }
+        // n = 1 with k across several 256-column tiles, misaligned and padded.
+        for (const auto &s : {std::array<int64_t, 3>{1000, 1, 600}, std::array<int64_t, 3>{3000, 1, 17}}) {
+          Case c{dt, lay, e, s[0], s[1], s[2]};
+          run_case(ctx, c);
+          c.misalign = true;
+          run_case(ctx, c);
+          c.misalign = false;
+          c.pad = true;
+          run_case(ctx, c);
         }
         if (dt == FNORM_DTYPE_FLOAT32) {
           Case c{dt, lay, e, 64, 17, 1000};
@@ -607,6 +807,7 @@ int main() {
       }
     std::printf("%s: %s\n", fnorm_test::dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");
   }
+  run_aux_format(ctx);
   run_threads(ctx);
   std::printf("aux: the forward wrote at most %ld bytes past m rows (all within the size asked for unless FAILs say so)\n",
               g_aux_overshoot);
@@ -615,5 +816,7 @@ int main() {
   for (const std::string &s : ctx.ns_list) std::printf("  %s\n", s.c_str());
   fnorm_destroy(ctx.fused);
   fnorm_destroy(ctx.unfused);
+  fnorm_destroy(ctx.legacy);
+  fnorm_destroy(ctx.own);
   return finish("gpu linear");
 }
