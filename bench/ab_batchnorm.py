@@ -11,7 +11,11 @@ Each row also says what the size queries answer per engine (workspace of the
 forward and the backward, cuDNN's reserve), and which engine AUTO matched.
 
 Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[;...]]
-       (default: the ladder below). Writes DIR/ab_batchnorm.json when --out is given.
+                       [--engines native,cudnn,auto,native_env] [--env VAR=VALUE[,VAR=VALUE]]
+       (default: the ladder below, engines native, cudnn, auto). native_env is
+       NATIVE with the --env variables set while it is timed (an old code path
+       kept behind a variable, against the new one, in the same process).
+       Writes DIR/ab_batchnorm.json when --out is given.
 """
 from __future__ import annotations
 
@@ -36,7 +40,9 @@ from fusednorm import _core  # noqa: E402
 from fusednorm.batchnorm import _bn_desc, _bn_x_desc, _handle_for  # noqa: E402
 
 EPS = 1e-5
-ENGINES = {"native": fn.BnEngine.NATIVE, "cudnn": fn.BnEngine.CUDNN, "auto": fn.BnEngine.AUTO}
+ENGINES = {"native": fn.BnEngine.NATIVE, "cudnn": fn.BnEngine.CUDNN, "auto": fn.BnEngine.AUTO,
+           "native_env": fn.BnEngine.NATIVE}
+ENV = {}  # set while native_env runs (--env)
 
 # (dtype, layout, shape): the crossover ladder of issue 20 item 3.
 LADDER = (
@@ -57,7 +63,7 @@ def sizes(dtype, layout, shape):
     xd = _bn_x_desc(x)
     h = _handle_for(x.device.index)
     out = {}
-    for name, eng in ENGINES.items():
+    for name, eng in (("native", fn.BnEngine.NATIVE), ("cudnn", fn.BnEngine.CUDNN), ("auto", fn.BnEngine.AUTO)):
         d = _bn_desc(int(fn.BnEpilogue.NONE), EPS, 0, 0.1, int(eng))
         vals = []
         for q in ("fnorm_batchnorm_fwd_train_workspace_size", "fnorm_batchnorm_bwd_workspace_size",
@@ -105,6 +111,8 @@ def time_case(B, dtype, layout, shape, rounds):
     rf, rb = B.reps(n_sets, 3 * E * es), B.reps(n_sets, 5 * E * es)
     for _ in range(rounds):
         for name, eng in ENGINES.items():
+            if name == "native_env":
+                os.environ.update(ENV)
             for p, mk, reps in (("fwd", fwd, rf), ("bwd", bwd, rb)):
                 if (name, p) in errors:
                     continue
@@ -112,12 +120,27 @@ def time_case(B, dtype, layout, shape, rounds):
                     res[(name, p)].append(time_graph(mk(eng), n_sets, reps))
                 except fn.FusedNormError as e:
                     errors[(name, p)] = f"{e.status.name}: {str(e)[:120]}"
+            for k in ENV:
+                os.environ.pop(k, None)
     # Which engine AUTO's forward output matches bit for bit (one set).
     y = {name: fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=eng)[0]
-         for name, eng in ENGINES.items() if ("cudnn" != name or ("cudnn", "fwd") not in errors)}
-    same = [n for n in ("native", "cudnn") if n in y and torch.equal(y["auto"], y[n])]
+         for name, eng in ENGINES.items() if name in ("native", "cudnn", "auto") and (name, "fwd") not in errors}
+    same = [n for n in ("native", "cudnn") if n in y and "auto" in y and torch.equal(y["auto"], y[n])]
     out = {"dtype": dtype, "layout": layout, "shape": shape, "mb": round(E * es / 1e6, 1),
            "auto_fwd_matches": "/".join(same) or "neither"}
+    if "native_env" in ENGINES:  # the old path's outputs against the new one's
+        os.environ.update(ENV)
+        y_env, s_env = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
+        dx_env = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
+        for k in ENV:
+            os.environ.pop(k, None)
+        y_new, s_new = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
+        dx_new = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
+        out["env_vs_native_max_diff"] = {
+            "y": (y_env.float() - y_new.float()).abs().max().item(),
+            "mean": (s_env.mean - s_new.mean).abs().max().item(),
+            "invstd_rel": ((s_env.invstd - s_new.invstd).abs() / s_new.invstd).max().item(),
+            "dx": (dx_env.float() - dx_new.float()).abs().max().item()}
     for (name, p), v in res.items():
         out[f"{name}_{p}_us"] = round(statistics.median(v), 2) if v else None
         out[f"{name}_{p}_runs"] = [round(t, 2) for t in v]
@@ -130,7 +153,13 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default="", help="DTYPE:LAYOUT:N,C,H,W;... (default: the ladder)")
+    ap.add_argument("--engines", default="native,cudnn,auto")
+    ap.add_argument("--env", default="", help="VAR=VALUE,...: set while native_env is timed")
     args = ap.parse_args()
+    for name in list(ENGINES):
+        if name not in args.engines.split(","):
+            del ENGINES[name]
+    ENV.update(dict(kv.split("=", 1) for kv in args.env.split(",") if kv))
     cases = LADDER
     if args.cases:
         cases = []
@@ -141,9 +170,9 @@ def main():
     props = torch.cuda.get_device_properties(0)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 / 2**20:.0f} MiB, {props.multi_processor_count} SMs, "
           f"torch {torch.__version__}", flush=True)
-    print(f"{'case':34s} {'MB':>6s} | {'native':>8s} {'cudnn':>8s} {'auto':>8s} fwd | {'native':>8s} {'cudnn':>8s} "
-          f"{'auto':>8s} bwd | cudnn/native fwd bwd | auto matches | ws fwd/bwd native, cudnn, auto; cudnn reserve",
-          flush=True)
+    names = list(ENGINES)
+    print(f"{'case':34s} {'MB':>6s} | " + " ".join(f"{n:>10s}" for n in names) + " fwd | " +
+          " ".join(f"{n:>10s}" for n in names) + " bwd | auto matches | ws fwd/bwd per engine; cudnn reserve", flush=True)
     rows = []
     for dt, lay, shape in cases:
         try:
@@ -155,15 +184,12 @@ def main():
         rows.append(r)
 
         def f(v):
-            return f"{v:8.1f}" if v is not None else "       —"
-
-        def ratio(a, b):
-            return f"{a / b:5.2f}" if a and b else "  —  "
+            return f"{v:10.1f}" if v is not None else "         —"
         s = r["sizes"]
-        print(f"{dt} {lay} {str(shape):24s} {r['mb']:6.1f} | {f(r['native_fwd_us'])} {f(r['cudnn_fwd_us'])} "
-              f"{f(r['auto_fwd_us'])}     | {f(r['native_bwd_us'])} {f(r['cudnn_bwd_us'])} {f(r['auto_bwd_us'])}     | "
-              f"{ratio(r['cudnn_fwd_us'], r['native_fwd_us'])} {ratio(r['cudnn_bwd_us'], r['native_bwd_us'])}          | "
-              f"{r['auto_fwd_matches']:12s} | {s['native'][:2]} {s['cudnn'][:2]} {s['auto'][:2]}; {s['cudnn'][2]}"
+        print(f"{dt} {lay} {str(shape):24s} {r['mb']:6.1f} | " + " ".join(f(r[f'{n}_fwd_us']) for n in names) + "     | " +
+              " ".join(f(r[f'{n}_bwd_us']) for n in names) + f"     | {r['auto_fwd_matches']:12s} | "
+              f"{ {n: s[n][:2] for n in s} }; {s['cudnn'][2]}"
+              + (f" env diff {r['env_vs_native_max_diff']}" if "env_vs_native_max_diff" in r else "")
               + (f" errors {r['errors']}" if r["errors"] else ""), flush=True)
         gc.collect()
         torch.cuda.empty_cache()

@@ -3,6 +3,7 @@
 // else reduce -> per-channel finalize (SyncBatchNorm: all-reduce between) ->
 // elementwise pass.
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "batchnorm/batchnorm.hpp"
@@ -157,7 +158,12 @@ bool run_one_launch(const NativePlan &plan, const BnCall &c, const LaunchContext
   q.part_moment2 = reinterpret_cast<float *>(ws + plan.off_moment2);
   q.max_blocks = plan.max_splits;
   q.epilogue = c.desc->epilogue;
-  set_channel_io(q.f, c);  // q.f.mean == nullptr: no workspace coefficients
+  set_channel_io(q.f, c);
+  q.f.mean = reinterpret_cast<float *>(ws + plan.off_mean);  // the coefficients, once per channel
+  q.f.xmu_scale = reinterpret_cast<float *>(ws + plan.off_xmu_scale);
+  q.f.shift = reinterpret_cast<float *>(ws + plan.off_shift);
+  q.f.dy_scale = forward ? nullptr : reinterpret_cast<float *>(ws + plan.off_dy_scale);
+  q.gather_all = std::getenv("FNORM_BN_PERSIST_GATHER_ALL") != nullptr;
   q.x = c.x;
   if (forward) {
     q.z = c.z;

@@ -145,8 +145,8 @@ struct BnFinalizeParams {
 
 // The one-launch path (batchnorm/bn_persistent.cuh) for small channels-last
 // problems: training forward (x, z -> y, mask_out) or backward (x, dy, mask_in
-// -> dx, dz), with the per-channel end in f (f.mean == nullptr: no workspace
-// coefficients written).
+// -> dx, dz), with the per-channel end in f (its coefficients go through the
+// workspace: f.mean, f.xmu_scale, f.shift, backward f.dy_scale).
 struct BnPersistParams {
   BnShape shape;
   const void *x = nullptr;
@@ -162,6 +162,10 @@ struct BnPersistParams {
   int64_t max_blocks = 0;
   int epilogue = 0;
   int64_t *num_batches_tracked = nullptr;
+  // Forces the combine's gather form (bn_persistent.cuh; A/B runs:
+  // FNORM_BN_PERSIST_GATHER_ALL=1). The owner form passes the coefficients
+  // through f's workspace arrays (f.mean ... f.dy_scale must be set).
+  int gather_all = 0;
   BnFinalizeParams f;
 };
 

@@ -16,9 +16,31 @@
 // Forward sums are shifted by the channel's value in row 0 (read by every
 // block alike): S1 = sum (x - K), S2 = sum (x - K)^2, mean = K + S1 / n,
 // M2 = S2 - S1^2 / n: no cancellation worth the name for |mean| >> std.
+//
+// The combine after the barrier, in one of two forms (the kernel's GATHER):
+//   gather: every block adds all blocks' partials itself (grid * width
+//     loads per block), then computes its coefficients; one barrier.
+//   owner: column j's totals are added once, by block j % grid (its threads
+//     over the blocks' partials, in a fixed order), which writes the
+//     channel's outputs and coefficients (workspace); a second barrier, then
+//     every block reads the coefficients of its columns.
+// Gather costs grid^2 * width loads in all (314 MB of L2 reads at
+// [128, 256, 14, 14] fp16, 392 blocks); owner costs a second barrier. H200
+// (2026-11-22, bench/ab_batchnorm.py, forward / backward us, owner vs
+// gather): [128, 256, 14, 14] fp16 23.8 / 26.7 vs 73.4 / 26.7 (the backward
+// there takes the general path); [32, 64, 56, 56] 23.9 vs 33.9 forward;
+// [16, 64, 56, 56] 17.8 / 18.2 vs 19.9 / 20.7; [64, 128, 14, 14] 15.2 / 14.4
+// vs 14.8 / 14.5; [4, 64, 56, 56] 14.7 / 13.6 vs 11.8 / 11.1; fp16
+// [126000, 16] 13.1 / 13.2 vs 11.9 / 11.9; fp32 [126000, 16] 13.3 / 14.8 vs
+// 12.3 / 14.1. So gather where grid * width <= kBnGatherMax (3136, 1984 and
+// 3952 above), owner from 12544 up. Outputs were bit-identical in every case
+// (both add the float partials in double). FNORM_BN_PERSIST_GATHER_ALL=1
+// forces gather (A/B runs).
 #pragma once
 
 #include <cooperative_groups.h>
+
+#include <type_traits>
 
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
@@ -30,9 +52,23 @@ namespace fnorm {
 #define FNORM_BN_PERSIST_K 8
 #endif
 constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
+constexpr int64_t kBnGatherMax = 8192;  // grid * width (see above)
 
-template <typename T, int PACK, bool BWD>
-__global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
+// Blocks per SM asked of the compiler (0: none asked): the grid must be
+// co-resident, so occupancy bounds the problems this path takes. The fp16
+// forward (8-element packs) kept 80 registers and 3 blocks per SM with the
+// old combine; the new one took it to 104 registers and 2 blocks unless
+// asked for 3 (then 80 registers and 16 bytes of stack). Asking the same of
+// bf16 spilled 184 bytes; fp32 and the backwards keep their occupancy
+// unasked (and asking 1 block let the backward grow to 155 registers).
+template <typename T, bool BWD>
+constexpr int bn_persistent_min_blocks() { return !BWD && std::is_same_v<T, __half> ? 3 : 0; }
+
+// GATHER: the combine's form (see above), a kernel of its own so that each
+// form gets its own registers and occupancy.
+template <typename T, int PACK, bool BWD, bool GATHER>
+__global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>()))
+    bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
   using Raw = Pack<T, PACK>;
   constexpr int K = kBnPersistK;
   __shared__ float sa[kBnThreads * PACK];
@@ -125,8 +161,55 @@ __global__ void __launch_bounds__(kBnThreads) bn_persistent_kernel(BnPersistPara
   }
   cooperative_groups::this_grid().sync();
 
-  // ---- every block: all blocks' sums per column, in double -----------------
-  {
+  if constexpr (!GATHER) {
+    // ---- column j's totals once, by block j % grid ----------------------------
+    const int G = static_cast<int>(gridDim.x);
+    for (int j = static_cast<int>(blockIdx.x); j < width; j += G) {
+      double s1 = 0.0, s2 = 0.0;
+      for (int g = threadIdx.x; g < G; g += kBnThreads) {
+        s1 += __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j);
+        s2 += __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j);
+      }
+      da[threadIdx.x] = s1;
+      db[threadIdx.x] = s2;
+      for (int stride = kBnThreads >> 1; stride > 0; stride >>= 1) {
+        __syncthreads();
+        if (threadIdx.x < stride) {
+          da[threadIdx.x] += da[threadIdx.x + stride];
+          db[threadIdx.x] += db[threadIdx.x + stride];
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const double n = static_cast<double>(rows);
+        const double S1 = da[0], S2 = db[0];
+        if constexpr (BWD) {
+          finish_bwd(p.f, j, n, S1, S2, true);
+        } else {
+          // Row 0 is still x here (y, possibly x itself, is written after
+          // the second barrier).
+          const double mean = static_cast<double>(Convert<T>::to_float(x[j])) + S1 / n;
+          finish_fwd(p.f, j, n, mean, fmax(S2 - S1 * S1 / n, 0.0));
+        }
+      }
+      __syncthreads();  // da / db are reused for the next column
+    }
+    cooperative_groups::this_grid().sync();
+    if (threadIdx.x < width) {
+      BnCoefs q;
+      q.mean = __ldcg(p.f.mean + threadIdx.x);
+      q.xmu_scale = __ldcg(p.f.xmu_scale + threadIdx.x);
+      q.shift = __ldcg(p.f.shift + threadIdx.x);
+      q.dy_scale = BWD ? __ldcg(p.f.dy_scale + threadIdx.x) : 0.f;
+      coef[threadIdx.x] = q;
+    }
+    __syncthreads();
+    // (every finish_fwd read the counter for the cumulative average before
+    // the barrier.)
+    if (!BWD && p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+      *p.num_batches_tracked += 1;
+  } else {
+    // ---- every block: all blocks' sums per column, in double ---------------
     const int j = threadIdx.x & static_cast<int>(width - 1);
     const int lanes = kBnThreads / static_cast<int>(width);  // threads per column
     // kU independent loads in flight per thread (a dependent chain of L2
@@ -243,7 +326,8 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &
   const int64_t rows_per_block = (kBnThreads >> ncp_log2) * int64_t{kBnPersistK};
   const int64_t blocks = ceil_div(p.shape.rows, rows_per_block);
   if (blocks > p.max_blocks) return cudaSuccess;
-  auto kernel = bn_persistent_kernel<T, PACK, BWD>;
+  const bool gather = p.gather_all || blocks * p.shape.width <= kBnGatherMax;
+  auto kernel = gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
   int occ = 0;
   cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;

@@ -877,15 +877,20 @@ int main() {
           }
         }
       }
-      // Running statistics over three steps, both averaging modes.
+      // Running statistics over three steps, both averaging modes (NHWC
+      // [16, 64, 8, 8]: the one-launch path, whose channel ends read the
+      // counter before one block increments it).
       for (fnorm_bn_average_t avg : {FNORM_BN_AVERAGE_EXPONENTIAL, FNORM_BN_AVERAGE_CUMULATIVE}) {
-        Case k;
-        k.dtype = dt;
-        k.dims = {8, 6, 5, 3};
-        k.average = avg;
-        k.steps = 3;
-        k.engine = eng;
-        run_case(ctx, k);
+        for (bool cl : {false, true}) {
+          Case k;
+          k.dtype = dt;
+          k.dims = cl ? std::vector<int64_t>{16, 64, 8, 8} : std::vector<int64_t>{8, 6, 5, 3};
+          k.channels_last = cl;
+          k.average = avg;
+          k.steps = 3;
+          k.engine = eng;
+          run_case(ctx, k);
+        }
       }
       // In place, on shapes of both native paths (one-launch: [3, 64], NHWC
       // [2, 4, 3, 3] and [32, 64, 28, 28]; three launches: NCHW [6, 5, 33, 17]).
