@@ -190,6 +190,24 @@ def run_case(name, shape, dtype, layout="nchw", epi="none", engine=fn.BnEngine.N
         mask = yo.double() > 0
         if engine == fn.BnEngine.CUDNN and dz is not None:  # cuDNN masks on its fp32 pre-activation
             mask |= (yo.double() == 0) & (dz.double() == g) & (g != 0)
+        elif engine == fn.BnEngine.CUDNN:
+            # RELU: no dz to show cuDNN's choice where a tiny positive
+            # pre-activation was stored as 0 (H200, seed 1795374212: one
+            # element of fp16 [5, 2048, 7, 9]); dx shows it: passing dy there
+            # moves that element's dx by about gamma * invstd * dy.
+            amb = (yo.double() == 0) & (g != 0) & (y_ref.detach().abs() < 1e-3)
+            if bool(amb.any()):
+                def dx_for(m):
+                    return torch.autograd.grad(pre, [xr], torch.where(m, g, torch.zeros_like(g)),
+                                               retain_graph=True)[0]
+                dx_off, dx_on = dx_for(mask), dx_for(mask | amb)
+                passed = amb & ((dx.double() - dx_on).abs() < (dx.double() - dx_off).abs())
+                n_passed = int(passed.sum())
+                if n_passed:
+                    print(f"  {name}: cuDNN passed dy at {n_passed} elements whose stored y is 0")
+                    if n_passed > 2 + x.numel() // 1000000:
+                        fail(name, f"cuDNN passed dy at {n_passed} elements whose stored y is 0")
+                    mask |= passed
         g = torch.where(mask, g, torch.zeros_like(g))
     inputs = [xr] + ([wr, br] if affine else [])
     grads = torch.autograd.grad(pre, inputs, g)
