@@ -86,6 +86,8 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
 //     [128, 256, 56, 56] 1.02 1.05 (bf16 0.91 1.05); [128, 1024, 14, 14] 0.98
 //     1.21; [128, 2048, 7, 7] 0.91 0.94; [32768, 256] 1.04 1.28;
 //     [126000, 16] 1.83 1.91; fp32 (cuDNN's plain spatial mode) 23 .. 585.
+// The H100 (50 MiB L2; bench/results/h100.md at 2122cfe) agrees where it was
+// measured: [128, 64, 56, 56] fp16 0.83 / 0.91, [128, 256, 56, 56] 1.01 / 1.04.
 // So the crossover is not one of size (nor of fitting the L2: C = 64 wins at
 // 1.6x the L2 too): cuDNN's time per byte depends on C (C = 32 and 96 run as
 // if channel tiles of 64 were padded), while NATIVE's is about the same for
