@@ -102,10 +102,12 @@ struct NormBwdPlan : Plan<NormBwdInstance> {
 // packs per thread takes a block per row where fwd_grid_per_row says so;
 // without one (host tests) the plan stops before those steps. Throws
 // NOT_SUPPORTED_BUILD when no instance fits.
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms);
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms,
+                          bool residual = false);
 // Whether a forward's block-register plan launches a block per row (rather
-// than one wave of resident blocks) at `blocks_per_sm` resident blocks.
-bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev);
+// than one wave of resident blocks) at `blocks_per_sm` resident blocks; with
+// a residual (add & norm) only at 4 or more.
+bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev, bool residual = false);
 
 // The backward's tier and instance (shape and device properties only).
 NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &dev);

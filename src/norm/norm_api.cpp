@@ -59,7 +59,7 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
     const LaunchContext ctx = launch_context(handle, stream);
     const int pack = choose_pack(v, {x, y, residual, sum}, {v.x_row_stride, v.y_row_stride},
                                  {gamma, beta}, param_f32);
-    const NormFwdPlan plan = plan_norm_fwd(v, pack, ctx, rms);
+    const NormFwdPlan plan = plan_norm_fwd(v, pack, ctx, rms, residual != nullptr);
     NormFwdParams p = norm_fwd_params(v, norm, plan);
     p.x = x;
     p.residual = residual;

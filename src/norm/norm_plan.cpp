@@ -204,12 +204,17 @@ void apply_fwd_knob(const RowView &view, int pack, const DeviceInfo &dev, NormFw
 // for blocks of kTargetNpack or more packs per thread: RMSNorm's blocks of one
 // pack per thread (rows of 128-256 packs) were level or up to 0.9% slower
 // with it (fp16 49152 x 1024 / 2048, bf16 32768 x 2048).
-bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev) {
+// With a residual (add & norm: four tensors per element) at 2-3 blocks per SM
+// the wave was faster: fp16 49152 x 16384 (512 threads, 2 blocks per SM)
+// 1812 us a block per row against 1685 one wave, where LayerNorm alone was
+// level (880 / 874) and add & norm at 4 blocks per SM kept the gain (8192
+// columns 816 / 819; H200, one process, median of three, 2026-11-22).
+bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev, bool residual) {
   const int64_t resident = int64_t{dev.sm_count} * blocks_per_sm;
-  return blocks_per_sm >= 4 || (blocks_per_sm >= 2 && view.rows >= 8 * resident);
+  return blocks_per_sm >= 4 || (!residual && blocks_per_sm >= 2 && view.rows >= 8 * resident);
 }
 
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms) {
+NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms, bool residual) {
   const DeviceInfo &dev = ctx.dev;
   NormFwdPlan plan;
   plan.pack = pack;
@@ -250,7 +255,7 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ct
   if (plan.tier == Tier::BlockRegisters && ctx.cache != nullptr) {
     hand_off_to_smem(view, ctx, plan);
     if (plan.tier == Tier::BlockRegisters && plan.npack >= kTargetNpack)
-      plan.grid_per_row = fwd_grid_per_row(view, fwd_occupancy(*plan.instance, view, plan, ctx), dev);
+      plan.grid_per_row = fwd_grid_per_row(view, fwd_occupancy(*plan.instance, view, plan, ctx), dev, residual);
   }
   apply_fwd_knob(view, pack, dev, plan);
   FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,

@@ -433,6 +433,8 @@ void test_plan() {
     CHECK(fnorm::fwd_grid_per_row(g, 4, dev));
     g.rows = 4096;  // 2 blocks per SM: 264 resident, 15.5 rows each
     CHECK(fnorm::fwd_grid_per_row(g, 2, dev));
+    CHECK(!fnorm::fwd_grid_per_row(g, 2, dev, true));  // add & norm: one wave at 2-3 blocks per SM
+    CHECK(fnorm::fwd_grid_per_row(g, 4, dev, true));
     g.rows = 1024;  // 2 blocks per SM, 3.9 rows each (bf16 1024 x 12288)
     CHECK(!fnorm::fwd_grid_per_row(g, 2, dev));
     CHECK(fnorm::fwd_grid_per_row(g, 4, dev));
