@@ -11,7 +11,8 @@ Charts (each written only when the JSON holds its rows):
   <gpu>-liger.png      LLM shapes (bf16): ours, Liger-Kernel and PyTorch, µs,
                        forward and forward+backward.
   <gpu>-batchnorm.png  BatchNorm (and SyncBatchNorm): PyTorch's and our cuDNN
-                       engine's time over ours, per case (log scale).
+                       engine's time over our NATIVE engine's, per case (log
+                       scale), and our AUTO engine's where it ran cuDNN.
   <gpu>-linear.png     the fully-connected layer: PyTorch's time over ours.
   <gpu>-other.png      rows of any other op that carry vs_torch (the PyTorch
                        drop-in modules, say): PyTorch's time over ours.
@@ -34,7 +35,8 @@ SIZE = (10, 6)  # inches at DPI: 1000 x 600 pixels
 DPI = 100
 NORM_FP16_ROWS = 49152
 COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": "#9467bd",
-          "liger": "#ff7f0e", "copy": "#555555"}
+          "liger": "#ff7f0e", "copy": "#555555",
+          "auto": "#17becf"}
 KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
              "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
              "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd"}
@@ -221,6 +223,12 @@ def plot_batchnorm(res: dict, stem: str) -> None:
             s = f"SyncBN, {r.get('ranks', '?')} GPUs: " + s + " (fwd+bwd)"
         return s
 
+    def auto_ratio(r):
+        # AUTO's time over NATIVE's, shown only where AUTO took the other engine.
+        if not r or not r.get("auto_us") or r.get("auto_engine") in (None, "native"):
+            return None
+        return r["auto_us"] / r["us"]
+
     cases = []  # training cases in run order, then inference, then SyncBatchNorm
     for r in sorted(bn, key=lambda r: (r["op"] == "syncbatchnorm_fwd_bwd", r["op"] == "batchnorm_fwd_infer")):
         if case(r) not in cases:
@@ -233,14 +241,16 @@ def plot_batchnorm(res: dict, stem: str) -> None:
                     [("PyTorch (faster of cuDNN on / off)", COLORS["torch"],
                       [by[c].get("vs_torch") if c in by else None for c in cases]),
                      ("cuDNN through our CUDNN engine", COLORS["cudnn"],
-                      [by[c].get("vs_cudnn") if c in by else None for c in cases])],
+                      [by[c].get("vs_cudnn") if c in by else None for c in cases]),
+                     ("our AUTO engine, where it ran cuDNN", COLORS["auto"],
+                      [auto_ratio(by.get(c)) for c in cases])],
                     "their time / ours (right of 1: ours faster; log scale)", log=True, horizontal=True)
         ax.set_title(f"BatchNorm {what}", fontsize=9)
     axes[1].tick_params(axis="y", left=False)
     fig.suptitle(title(res, "BatchNorm (ours: NATIVE engine): time relative to ours"), fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     h, l = axes[0].get_legend_handles_labels()
-    fig.legend(h, l, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.legend(h, l, loc="lower center", ncol=3, fontsize=8, frameon=False)
     save(fig, f"{stem}-batchnorm.png")
 
 
