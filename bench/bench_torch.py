@@ -36,6 +36,9 @@ from torch import nn  # noqa: E402
 
 import fusednorm.torch as ft  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+from torch_models import BasicBlock as Block  # noqa: E402
+
 DEV = torch.device("cuda")
 
 
@@ -205,30 +208,6 @@ def bench_overhead(quick: bool):
 
 
 # ---- training steps -------------------------------------------------------------
-
-class Block(nn.Module):
-    """torchvision's BasicBlock shape (downsample computed after bn2)."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
-
 
 class ResNetStyle(nn.Module):
     def __init__(self, width=64, classes=10):

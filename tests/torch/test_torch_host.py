@@ -23,27 +23,8 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no PyTorch he
 sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 import fusednorm.torch as ft  # noqa: E402
 
-
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+from torch_models import BasicBlock as Block  # noqa: E402
 
 
 class Mlp(nn.Module):

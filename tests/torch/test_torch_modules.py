@@ -32,6 +32,7 @@ torch, F, fn = load(ROOT)
 from torch import nn  # noqa: E402
 
 import fusednorm.torch as ft  # noqa: E402
+from torch_models import BasicBlock  # noqa: E402
 
 DEV = torch.device("cuda")
 TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 4e-2}
@@ -458,26 +459,7 @@ class ResNetStyle(nn.Module):
     """conv-BN-ReLU stem, two basic blocks (one with a 1x1 downsample computed
     after bn2, as torchvision does), pooling and a classifier."""
 
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            identity = x
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            if self.downsample is not None:
-                identity = self.downsample(x)
-            out += identity
-            return self.relu(out)
+    Block = BasicBlock
 
     def __init__(self, width=32, classes=10):
         super().__init__()
