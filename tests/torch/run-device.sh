@@ -19,7 +19,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 wheels=$(ls .whl/*.whl ${EXTRA_WHEELS:+$EXTRA_WHEELS/*.whl} 2>/dev/null)
 if [ -n "$wheels" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fnorm-site $wheels \
-    > "$out/wheels.log" 2>&1 && export PYTHONPATH=/tmp/fnorm-site${PYTHONPATH:+:$PYTHONPATH}
+    > /tmp/fnorm-wheels.log 2>&1 && export PYTHONPATH=/tmp/fnorm-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ -z "${FNORM_LIB:-}" ]; then
   PATH=$(scripts/setup.sh) || exit 1
@@ -41,15 +41,17 @@ echo "ops build/load: $(( $(date +%s) - t )) s"
 rc=0
 if [ "$what" != bench ]; then
   pids=()
-  specs=("tests/torch/test_torch_contract.py:300" "tests/torch/test_torch_modules.py:300"
-         "tests/torch/test_torch_host.py:120")
+  # name:file:limit:FNORM_CONTRACT_ONLY (the contract suite in three parts)
+  specs=("contract_a:tests/torch/test_torch_contract.py:300:nn.LayerNorm,nn.RMSNorm,nn.Linear,models"
+         "contract_b:tests/torch/test_torch_contract.py:300:nn.BatchNorm1d,nn.BatchNorm2d"
+         "contract_c:tests/torch/test_torch_contract.py:300:nn.BatchNorm3d"
+         "modules:tests/torch/test_torch_modules.py:300:" "host:tests/torch/test_torch_host.py:120:")
   for spec in "${specs[@]}"; do
-    f=${spec%%:*}
-    lim=${spec##*:}
+    IFS=: read -r n f lim part <<< "$spec"
     [ -n "${ONLY_TESTS:-}" ] && [[ " $ONLY_TESTS " != *" $f "* ]] && continue
-    n=$(basename "$f" .py)
-    ( t=$(date +%s); FNORM_TEST_QUICK=1 timeout "$lim" python3 "$f" > "$out/$n.log" 2>&1; r=$?
-      echo "$f: rc=$r, $(( $(date +%s) - t )) s" >> "$out/$n.log"; exit $r ) &
+    ( t=$(date +%s); FNORM_CONTRACT_ONLY=$part FNORM_TEST_QUICK=1 timeout "$lim" python3 "$f" \
+        > "$out/test_torch_$n.log" 2>&1; r=$?
+      echo "$f ${part:+($part)}: rc=$r, $(( $(date +%s) - t )) s" >> "$out/test_torch_$n.log"; exit $r ) &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
