@@ -363,6 +363,13 @@ bool rowwise(const at::Tensor &t, int64_t axis) {
   return true;
 }
 
+// Grad mode inside a backward means create_graph=True. The recomputed formula
+// is used only on real tensors: never while AOTAutograd traces the backward
+// with fake or functional tensors (torch.compile has no double backward).
+bool double_backward(bool direct, const at::Tensor &x) {
+  return at::GradMode::is_enabled() && (direct || plain_cuda(x));
+}
+
 // The dimensions of the given autograd inputs that need a gradient, and
 // torch::autograd::grad of `out` with respect to them with a graph (double
 // backward). `which` are the indexes in the backward's result.
@@ -422,7 +429,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, con
   TORCH_CHECK(x.is_cuda(), "fusednorm::norm_fwd: x must be a CUDA tensor");
   same_device(weight, x, "weight");
   same_device(bias, x, "bias");
-  return norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
+  if (rowwise(x, axis)) return norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
+  // A compiled graph may hand over other strides than the traced ones: y
+  // keeps the layout the fake kernel promised (empty_like(x)).
+  auto r = norm_fwd_impl(x.contiguous(), weight, bias, mode, axis, eps, flags, true);
+  std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+  return r;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, const at::Tensor &x,
@@ -432,6 +444,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
                                                         int64_t axis, bool need_dgamma, bool need_dbeta,
                                                         int64_t flags) {
   TORCH_CHECK(dy.is_cuda(), "fusednorm::norm_bwd: dy must be a CUDA tensor");
+  if (!rowwise(x, axis) || !rowwise(dy, axis)) {  // strides a compiled graph chose: packed copies
+    auto r = norm_bwd(dy.contiguous(), x.contiguous(), mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta,
+                      flags);
+    std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+    return r;
+  }
   c10::cuda::CUDAGuard guard(x.device());
   bool has_w = given(weight);
   bool has_b = given(bias);
@@ -524,7 +542,7 @@ class NormFunction : public torch::autograd::Function<NormFunction<Direct>> {
     int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
     int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
     bool need_x = ctx->needs_input_grad(0), need_w = needs(ctx, ew), need_b = needs(ctx, eb);
-    if (at::GradMode::is_enabled()) {  // create_graph: a differentiable gradient
+    if (double_backward(Direct, saved[0])) {  // create_graph: a differentiable gradient
       std::vector<std::pair<size_t, at::Tensor>> wrt;
       if (need_x) wrt.emplace_back(0, saved[0]);
       if (need_w) wrt.emplace_back(1, saved[3]);
@@ -565,7 +583,8 @@ at::Tensor norm_autocast(const at::Tensor &x, const c10::optional<at::Tensor> &w
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm", "")
                        .typed<decltype(norm_autograd)>();
-  if (mode != FNORM_NORM_LAYERNORM) return op.call(x, weight, bias, mode, axis, eps, flags);
+  if (mode != FNORM_NORM_LAYERNORM || !at::autocast::is_autocast_enabled(c10::DeviceType::CUDA))
+    return op.call(x, weight, bias, mode, axis, eps, flags);
   return op.call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(at::kFloat, weight, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(at::kFloat, bias, c10::DeviceType::CUDA), mode, axis, eps, flags);
@@ -807,7 +826,7 @@ class BatchNormFunction : public torch::autograd::Function<BatchNormFunction<Dir
     double eps = ctx->saved_data["e"].toDouble();
     bool need_dz = needs(ctx, ez), need_dw = needs(ctx, ew), need_db = needs(ctx, eb);
     bool need_x = ctx->needs_input_grad(0);
-    if (at::GradMode::is_enabled()) {  // create_graph: a differentiable gradient
+    if (double_backward(Direct, x)) {  // create_graph: a differentiable gradient
       TORCH_CHECK(comm == 0, "fusednorm: double backward through SyncBatchNorm's cross-rank statistics is not "
                              "supported (nor is it by torch.nn.SyncBatchNorm)");
       // relu'(v) is the mask y > 0; its derivative is 0 almost everywhere.
@@ -1056,7 +1075,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction<Direct>> 
     bool has_bias = (m >> 4) & 1;
     bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     bool need_db = has_bias && ctx->needs_input_grad(2);
-    if (at::GradMode::is_enabled()) {  // create_graph: a differentiable gradient
+    if (double_backward(Direct, saved[0])) {  // create_graph: a differentiable gradient
       std::vector<std::pair<size_t, at::Tensor>> wrt;
       if (need_x) wrt.emplace_back(0, saved[0]);
       if (need_w) wrt.emplace_back(1, saved[1]);
@@ -1089,6 +1108,7 @@ at::Tensor linear_autocast(const at::Tensor &x, const at::Tensor &w, const c10::
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear", "").typed<decltype(linear_autograd)>();
+  if (!at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) return op.call(x, w, b, act);
   auto dt = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
   return op.call(at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA),
