@@ -6,10 +6,11 @@ shape moved by up to 6% between benchmark processes on the H200 (buffer
 placement), more than most changes being judged. PyTorch and Liger are timed only
 when named (below).
 Usage: FNORM_LIB=LIB_A ab_norm.py NAME=LIB_A NAME=LIB_B[,VAR=VALUE...] [...] -- OP:DTYPE:ROWSxCOLS [...]
-(the variables are set in the environment while that build runs; a forward's
-plan can be overridden per build with FNORM_NORM_FWD_PLAN, src/norm/norm_plan.cpp.
-The library reads that variable once per process, so each NAME loads its own
-copy of its library: one path may serve several NAMEs with different plans.)
+(the variables are set in the environment while that build's handle is
+created and while it runs; a forward's plan can be overridden per build with
+FNORM_NORM_FWD_PLAN, src/core/tuning.hpp, which the library reads at
+fnorm_create. Each NAME loads its own copy of its library, so one path may
+serve several NAMEs with different plans.)
 (OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd)
 Two reference columns may be named instead of a build, timed the same way in
 the same rounds: NAME=torch (PyTorch's op) and, for the forward ops,
@@ -37,7 +38,7 @@ libs = {n: p for n, p in libs.items() if p not in REFS}
 cdll = {}
 copies = tempfile.mkdtemp(prefix="ab_norm_")
 for n, path in libs.items():
-    # A copy per NAME: its own process-wide state (the plan knob read once).
+    # A copy per NAME: its own process-wide state.
     copy = os.path.join(copies, f"{n}.so")
     shutil.copy(path, copy)
     L = ctypes.CDLL(copy)
@@ -48,6 +49,9 @@ B = bl.Bench(reps=30)
 handles = {}
 for n, L in cdll.items():
     fn.lib = L
+    for k in set().union(*envs.values()):
+        os.environ.pop(k, None)
+    os.environ.update(envs[n])  # the tuning the handle reads at fnorm_create
     handles[n] = fn.Handle()
 # Our call is the first graph each bench_* function times; the others
 # (PyTorch, unfused) are skipped.

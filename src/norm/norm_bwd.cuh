@@ -482,58 +482,66 @@ constexpr size_t norm_bwd_smem(int threads) {
   }
 }
 
-// The grid of the main kernel; it is also the number of partial rows.
+// The plan's launch shape (norm/norm_plan.cpp): the main kernel's grid,
+// which is also the number of partial rows, and the column-tiled tier's
+// row-coefficient grid. Asking the occupancy also opens each kernel's
+// shared memory limit before its launch.
 template <typename T, int PACK, Tier TIER, int NPACK>
-cudaError_t grid_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx, int *grid) {
+cudaError_t shape_norm_bwd(const NormBwdParams &p, const DeviceContext &ctx, NormBwdShape *s) {
   const void *kernel = norm_bwd_kernel<T, PACK, TIER, NPACK>(p.rms, p.cluster > 1);
   const int64_t sms = ctx.dev.sm_count;
+  *s = NormBwdShape{};
   int occ = 0;
   if constexpr (TIER == Tier::Warp) {
-    cudaError_t err = cached_occupancy(ctx.cache, kernel, kBwdWarpBlock,
+    cudaError_t err = cached_occupancy(ctx.occupancy, kernel, kBwdWarpBlock,
                                        norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
     const int64_t groups_per_block = kBwdWarpBlock >> p.width_log2;
-    *grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
+    s->grid = static_cast<int>(std::min(ceil_div(p.rows, groups_per_block), sms * occ));
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    // (also opens the cluster kernel's shared memory limit before its launch)
-    cudaError_t err = cached_occupancy(ctx.cache, kernel, p.block_threads,
+    cudaError_t err = cached_occupancy(ctx.occupancy, kernel, p.block_threads,
                                        norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads), &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
     // Clusters (a row each): as many as the resident blocks make, at least one.
-    *grid = static_cast<int>(std::min(p.rows, std::max<int64_t>(1, sms * occ / p.cluster)));
+    s->grid = static_cast<int>(std::min(p.rows, std::max<int64_t>(1, sms * occ / p.cluster)));
   } else {
-    cudaError_t err = cached_occupancy(ctx.cache, kernel, 32 * kTileRowsPerBlock, 0, &occ);
+    cudaError_t err = cached_occupancy(ctx.occupancy, kernel, 32 * kTileRowsPerBlock, 0, &occ);
     if (err != cudaSuccess) return err;
     // Enough row slices that all column tiles together fill the device.
     const int64_t tiles = ceil_div(p.cols / PACK, 32);
     const int64_t want = ceil_div(sms * std::max(occ, 1), tiles);
-    *grid = static_cast<int>(std::max<int64_t>(
+    s->grid = static_cast<int>(std::max<int64_t>(
         1, std::min({want, ceil_div(p.rows, kTileRowsPerBlock), int64_t{65535}})));
+    int coef_occ = 0;
+    err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(norm_bwd_row_coef_kernel<T, PACK>), 512,
+                           0, &coef_occ);
+    if (err != cudaSuccess) return err;
+    s->coef_grid = std::min<int64_t>(p.rows, sms * std::max(coef_occ, 1));
   }
   return cudaSuccess;
 }
 
 // The register tiers' main kernel, compiled apart for RMSNorm (RMS == p.rms).
 template <typename T, int PACK, Tier TIER, int NPACK, bool RMS>
-cudaError_t launch_norm_bwd_staged(const NormBwdParams &p, const LaunchContext &ctx) {
+cudaError_t launch_norm_bwd_staged(const NormBwdParams &p, const NormBwdShape &s, cudaStream_t stream) {
   if constexpr (TIER == Tier::Warp) {
     static_assert(kBwdWarpBlock * NPACK * PACK * sizeof(float) <= norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock),
                   "the group combine buffer fits in the staging ring");
     norm_bwd_warp_kernel<T, PACK, NPACK, RMS>
-        <<<p.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), ctx.stream>>>(p);
+        <<<s.grid, kBwdWarpBlock, norm_bwd_smem<T, PACK, TIER, NPACK>(kBwdWarpBlock), stream>>>(p);
   } else {
     static_assert(NPACK * PACK <= 32, "registers: two fp32 accumulators per value at 512 threads");
     const size_t smem = norm_bwd_smem<T, PACK, TIER, NPACK>(p.block_threads);
     if (p.cluster == 1) {
-      norm_bwd_block_kernel<T, PACK, NPACK, false, RMS><<<p.grid, p.block_threads, smem, ctx.stream>>>(p);
+      norm_bwd_block_kernel<T, PACK, NPACK, false, RMS><<<s.grid, p.block_threads, smem, stream>>>(p);
     } else {
       cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(p.grid) * static_cast<unsigned>(p.cluster));
+      config.gridDim = dim3(static_cast<unsigned>(s.grid) * static_cast<unsigned>(p.cluster));
       config.blockDim = dim3(static_cast<unsigned>(p.block_threads));
       config.dynamicSmemBytes = smem;
-      config.stream = ctx.stream;
+      config.stream = stream;
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeClusterDimension;
       attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
@@ -548,24 +556,19 @@ cudaError_t launch_norm_bwd_staged(const NormBwdParams &p, const LaunchContext &
   return cudaGetLastError();
 }
 
+// Executes the plan with its launch shape.
 template <typename T, int PACK, Tier TIER, int NPACK>
-cudaError_t launch_norm_bwd(const NormBwdParams &p, const LaunchContext &ctx) {
+cudaError_t launch_norm_bwd(const NormBwdParams &p, const NormBwdShape &s, cudaStream_t stream) {
   if constexpr (TIER == Tier::Warp || TIER == Tier::BlockRegisters) {
-    return p.rms ? launch_norm_bwd_staged<T, PACK, TIER, NPACK, true>(p, ctx)
-                 : launch_norm_bwd_staged<T, PACK, TIER, NPACK, false>(p, ctx);
+    return p.rms ? launch_norm_bwd_staged<T, PACK, TIER, NPACK, true>(p, s, stream)
+                 : launch_norm_bwd_staged<T, PACK, TIER, NPACK, false>(p, s, stream);
   } else {
     static_assert(NPACK == 0, "the column-tiled tier takes no NPACK");
-    int occ = 0;
-    cudaError_t err = cached_occupancy(
-        ctx.cache, reinterpret_cast<const void *>(norm_bwd_row_coef_kernel<T, PACK>), 512, 0, &occ);
+    norm_bwd_row_coef_kernel<T, PACK><<<static_cast<unsigned>(s.coef_grid), 512, 0, stream>>>(p);
+    cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    const int64_t coef_grid =
-        std::min<int64_t>(p.rows, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1));
-    norm_bwd_row_coef_kernel<T, PACK><<<static_cast<unsigned>(coef_grid), 512, 0, ctx.stream>>>(p);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.cols / PACK, 32)), static_cast<unsigned>(p.grid));
-    norm_bwd_tile_kernel<T, PACK><<<grid, dim3(32, kTileRowsPerBlock), 0, ctx.stream>>>(p);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.cols / PACK, 32)), static_cast<unsigned>(s.grid));
+    norm_bwd_tile_kernel<T, PACK><<<grid, dim3(32, kTileRowsPerBlock), 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

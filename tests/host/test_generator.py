@@ -104,13 +104,14 @@ class RenderTest(unittest.TestCase):
             self.assertIn(generate.BANNER, table)
             insts = [i for i in instances.all_instances(["f16"]) if i.op == "norm_fwd"]
             for idx, i in enumerate(insts):
-                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}, \"{i.name}\"}}", table)
+                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, \"{i.name}\"}}", table)
             cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_fwd<__half,"), len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(insts))
             bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
             cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))
-            self.assertEqual(cu.count("grid_norm_bwd<__half,"), len(bwd))
+            self.assertEqual(cu.count("shape_norm_bwd<__half,"), len(bwd))
 
     def test_config_header_carries_the_tables_constants(self):
         # The runtime reads the tier enum and the pack / register limits from
