@@ -67,7 +67,7 @@ struct NormBwdParams {
   bool param_f32 = false;
   bool zero_centered = false;
   int width_log2 = 0;
-  int block_threads = 0;
+  int block_threads = 0;  // block tier: threads per block; rows tier: threads per row group
   int grid = 0;     // partial rows (clusters, or blocks); from the instance's shape function
   int cluster = 1;  // block-register tier: blocks that share a row (a thread block cluster)
 };
@@ -77,12 +77,16 @@ struct NormBwdParams {
 constexpr int kNormBwdStages = 2;
 static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and one in flight");
 
-// Dynamic shared memory of the backward register tiers' staging ring at
-// `threads` per block: per stage and thread, npack packs of x and of dy and
-// the row's (mean, rstd).
-constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
-  return static_cast<size_t>(kNormBwdStages) * static_cast<size_t>(threads) *
+// One stage of the backward register tiers' staging ring at `threads` per
+// block: per thread, npack packs of x and of dy and the row's (mean, rstd).
+constexpr size_t norm_bwd_stage_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(threads) *
          (2 * static_cast<size_t>(npack) * static_cast<size_t>(pack) * elem_bytes + 2 * sizeof(float));
+}
+// Dynamic shared memory of the warp and block tiers' ring (kNormBwdStages
+// stages; the rows tier sizes its own ring, norm_bwd.cuh).
+constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(kNormBwdStages) * norm_bwd_stage_bytes(threads, npack, pack, elem_bytes);
 }
 
 // The backward's launch shape: its main kernel's grid (the number of
@@ -91,6 +95,9 @@ constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t
 struct NormBwdShape {
   int grid = 0;
   int64_t coef_grid = 0;
+  int groups = 1;    // rows tier: row groups per block
+  int stages = 2;    // rows tier: depth of the staging ring
+  size_t smem = 0;   // rows tier: dynamic shared memory bytes
 };
 
 // Each instance: `shape` (at plan time: the launch shape of the parameters'

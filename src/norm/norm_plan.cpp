@@ -233,9 +233,37 @@ void apply_fwd_tuning(const NormProblem &view, int pack, const DeviceInfo &dev, 
                 "FNORM_NORM_FWD_PLAN names a kernel left out of this build");
 }
 
+namespace {
+// The rows tier (norm_bwd.cuh): 16-byte packs, a row group of 128 to 1024
+// threads at the instance's packs per thread (8 values), a ring of at least
+// two stages of one group in the device's shared memory. The block shape
+// and grid (row groups per block, ring depth, a block per SM) follow from
+// the rows and the device in the instance's shape function.
+bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, NormBwdPlan &plan) {
+  const size_t elem = dtype_size(view.dtype);
+  if (pack * elem != static_cast<size_t>(kMaxPackBytes)) return false;
+  const NormBwdInstance *inst =
+      fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRows, any_npack);
+  if (inst == nullptr) return false;
+  const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
+  if (width < kBwdRowsMinThreads || width > kBwdRowsMaxThreads) return false;
+  if (2 * norm_bwd_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
+      static_cast<size_t>(dev.max_smem_optin))
+    return false;
+  plan.instance = inst;
+  plan.tier = Tier::BlockRows;
+  plan.npack = inst->npack;
+  plan.width_log2 = 0;
+  plan.block_threads = static_cast<int>(width);
+  plan.cluster = 1;
+  return true;
+}
+}  // namespace
+
 NormBwdPlan plan_norm_bwd_tier(const NormProblem &view, int pack, const DeviceInfo &dev) {
   NormBwdPlan plan;
   plan.pack = pack;
+  if (plan_rows_tier(view, pack, dev, plan)) return plan;
   // Backward holds two fp32 accumulators per value in registers (x and dy
   // wait in a shared-memory ring): four packs per thread as the forward,
   // blocks of at most 512 threads (128 registers each), rings that fit the

@@ -459,7 +459,9 @@ void test_plan() {
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, false), 8);
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf + 2}, {1024, 1024}, {}, false), 1);
 
-  // Backward tiers: registers while a row fits, else column tiles.
+  // Backward tiers: rows of 16-byte packs that 128..1024 threads hold at 8
+  // values each take the rows tier; other rows registers while a row fits,
+  // else column tiles.
   struct BwdCase {
     fnorm_dtype_t dtype;
     int64_t cols;
@@ -469,15 +471,23 @@ void test_plan() {
   const BwdCase bcases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 2048, 8, fnorm::Tier::BlockRegisters},
-      {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::Warp},  // 96 threads: narrower than the rows tier
+      {FNORM_DTYPE_FLOAT16, 1000, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 1024, 4, fnorm::Tier::Warp},  // 8-byte packs: no rows tier
+      {FNORM_DTYPE_FLOAT16, 2048, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 8200, 8, fnorm::Tier::BlockRegisters},  // 1025 packs
       {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 16384, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 32768, 8, fnorm::Tier::ColumnTiled},
-      {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT32, 1024, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 8192, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 16384, 4, fnorm::Tier::ColumnTiled},  // no cluster without sm_90 here
       {FNORM_DTYPE_FLOAT32, 100000, 4, fnorm::Tier::ColumnTiled},
       {FNORM_DTYPE_BFLOAT16, 33, 1, fnorm::Tier::Warp},
+      {FNORM_DTYPE_BFLOAT16, 4096, 8, fnorm::Tier::BlockRows},
   };
   v.rows = 49152;
   for (const BwdCase &c : bcases) {
@@ -494,6 +504,23 @@ void test_plan() {
       CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
     }
+    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, 8 values per thread, none idle
+      CHECK(bp.block_threads >= 128 && bp.block_threads <= 1024 && bp.block_threads % 32 == 0);
+      CHECK_EQ(bp.npack * c.pack, 8);
+      CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
+      CHECK(int64_t{bp.block_threads - 32} * bp.npack * c.pack < c.cols);
+    }
+  }
+  // The rows tier needs a ring of two stages in shared memory: a device
+  // with less goes to the other tiers.
+  if (dtype_built(FNORM_DTYPE_FLOAT32)) {
+    fnorm::DeviceInfo small = dev;
+    small.max_smem_optin = 48 * 1024;
+    v.dtype = FNORM_DTYPE_FLOAT32;
+    v.cols = 8192;  // 1024 threads x 2 packs of 16 bytes x 2 tensors x 2 stages = 128 KiB
+    CHECK(fnorm::plan_norm_bwd_tier(v, 4, small).tier != fnorm::Tier::BlockRows);
+    v.cols = 1024;
+    CHECK(fnorm::plan_norm_bwd_tier(v, 4, small).tier == fnorm::Tier::BlockRows);
   }
   // sm_90, many rows: a cluster of two blocks per row, then column tiles;
   // few rows: column tiles.
