@@ -5,7 +5,9 @@
 // (cooperative launch), every block adds all blocks' sums in double, and the
 // elementwise part runs on the values still in registers. For such sizes the
 // three dependent launches of the general path (reduce, finalize, apply) cost
-// more than the memory traffic; here x (and dy) are read once.
+// more than the memory traffic; here x (and dy) are read once. Larger
+// channels-last forwards may take the streaming kernel (bn_stream.cuh;
+// launch_bn_persistent at the end says which).
 //
 // Thread (r, cp) of a block owns PACK columns [cp * PACK, cp * PACK + PACK)
 // and rows base + r + i * rpi, i < K (rpi = 256 / ncp row slices). A warp
@@ -44,6 +46,7 @@
 
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
+#include "batchnorm/bn_stream.cuh"
 
 namespace fnorm {
 
@@ -52,7 +55,6 @@ namespace fnorm {
 #define FNORM_BN_PERSIST_K 8
 #endif
 constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
-constexpr int64_t kBnGatherMax = 8192;  // grid * width (see above)
 
 // Blocks per SM asked of the compiler (0: none asked): the grid must be
 // co-resident, so occupancy bounds the problems this path takes. The fp16
@@ -261,49 +263,42 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   }
 
   // ---- elementwise on the values in registers ------------------------------
-  float cm[PACK], xmu_scale[PACK], cshift[PACK], dy_scale[PACK];
+  BnPackCoefs<PACK> q;
 #pragma unroll
   for (int k = 0; k < PACK; ++k) {
-    const BnCoefs q = coef[col + k];
-    cm[k] = q.mean;
-    xmu_scale[k] = q.xmu_scale;
-    cshift[k] = q.shift;
-    dy_scale[k] = q.dy_scale;
+    const BnCoefs c = coef[col + k];
+    q.c[kBnMean][k] = c.mean;
+    q.c[kBnXmuScale][k] = c.xmu_scale;
+    q.c[kBnShift][k] = c.shift;
+    q.c[kBnDyScale][k] = BWD ? c.dy_scale : 0.f;
   }
-  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
-  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
+  using Vec = BnVec<T, PACK>;
+  const BnForwardOp<T, PACK> fop{p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU, p.epilogue != FNORM_BN_EPILOGUE_NONE};
+  const BnBackwardOp<T, PACK> bop{p.mask_in != nullptr};
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const int64_t m = row0 + static_cast<int64_t>(i) * rpi;
     const bool active = m < rows;
     const int64_t e = m * width + col;
+    float v[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) v[k] = Convert<T>::to_float(xr[i].v[k]);
     if constexpr (BWD) {
       if (active) {
-        float v[PACK], g[PACK];
+        float g[PACK];
 #pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          g[k] = Convert<T>::to_float(gr[i].v[k]);
-          if (p.mask_in != nullptr && !((bits[i] >> k) & 1u)) g[k] = 0.f;
-          v[k] = g[k] * dy_scale[k] + (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.dx) + e, v);
-        if (p.dz != nullptr && p.mask_in != nullptr) store_pack<T, PACK>(static_cast<T *>(p.dz) + e, g);
+        for (int k = 0; k < PACK; ++k) g[k] = Convert<T>::to_float(gr[i].v[k]);
+        Vec::store(static_cast<T *>(p.dx) + e, bop(v, g, bits[i], q));
+        if (p.dz != nullptr && bop.masked) Vec::store(static_cast<T *>(p.dz) + e, Vec::narrow(g));
       }
     } else {
       uint32_t mbits = 0;
       if (active) {
-        float v[PACK], zv[PACK];
-        if (add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          v[k] = (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-          if (add) v[k] += zv[k];
-          if (relu) {
-            v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
-            mbits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
-          }
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.y) + e, v);
+        float zv[PACK];
+        if (fop.add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
+        typename Vec::Raw out;
+        mbits = fop(v, zv, q, out);
+        Vec::store(static_cast<T *>(p.y) + e, out);
       }
       if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, mbits, active);
     }
@@ -316,7 +311,7 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
 // <= 32, pointers aligned to PACK elements, p.part_moment1 / part_moment2 hold
 // ceil(rows / (rpi * K)) rows of width floats.
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &ctx, bool *launched) {
+cudaError_t launch_bn_one_wave(const BnPersistParams &p, const LaunchContext &ctx, bool *launched) {
   *launched = false;
   const int64_t packs = p.shape.width / PACK;
   if (p.shape.group != 1 || p.shape.width % PACK != 0 || packs > 32 || (packs & (packs - 1)) != 0)
@@ -350,6 +345,25 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &
   }
   *launched = err == cudaSuccess;
   return err;
+}
+
+// The one-launch paths: the one-wave kernel above where the tensor fits it,
+// else the streaming kernel (bn_stream.cuh) for the forwards it measured
+// faster on (H100, against the three launches, RELU): fp16 up to
+// kBnStreamMaxBytes (51 MB: 66.4 vs 76.6 us; 205 MB: 251.9 vs 249.0), bf16
+// at every size measured (51 MB: 66.0 vs 81.3; 205 MB: 250.8 vs 272.5);
+// NONE / RELU only. *launched says whether either ran.
+constexpr int64_t kBnStreamMaxBytes = int64_t{64} << 20;
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &ctx, bool *launched) {
+  cudaError_t err = launch_bn_one_wave<T, PACK, BWD>(p, ctx, launched);
+  if (err != cudaSuccess || *launched) return err;
+  if constexpr (!BWD && sizeof(T) == 2) {
+    const bool size_ok = std::is_same_v<T, __nv_bfloat16> ||
+                         p.shape.elements() * static_cast<int64_t>(sizeof(T)) <= kBnStreamMaxBytes;
+    if (p.epilogue != FNORM_BN_EPILOGUE_ADD_RELU && size_ok) return launch_bn_stream<T, PACK, BWD>(p, ctx, launched);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace fnorm
