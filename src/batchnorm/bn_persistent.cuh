@@ -5,7 +5,9 @@
 // (cooperative launch), every block adds all blocks' sums in double, and the
 // elementwise part runs on the values still in registers. For such sizes the
 // three dependent launches of the general path (reduce, finalize, apply) cost
-// more than the memory traffic; here x (and dy) are read once.
+// more than the memory traffic; here x (and dy) are read once. Larger
+// channels-last forwards may take the streaming kernel (bn_stream.cuh;
+// shape_bn_persistent at the end says which).
 //
 // Thread (r, cp) of a block owns PACK columns [cp * PACK, cp * PACK + PACK)
 // and rows base + r + i * rpi, i < K (rpi = 256 / ncp row slices). A warp
@@ -44,6 +46,7 @@
 
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
+#include "batchnorm/bn_stream.cuh"
 
 namespace fnorm {
 
@@ -52,7 +55,6 @@ namespace fnorm {
 #define FNORM_BN_PERSIST_K 8
 #endif
 constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
-constexpr int64_t kBnGatherMax = 8192;  // grid * width (see above)
 
 // Blocks per SM asked of the compiler (0: none asked): the grid must be
 // co-resident, so occupancy bounds the problems this path takes. The fp16
@@ -261,63 +263,57 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   }
 
   // ---- elementwise on the values in registers ------------------------------
-  float cm[PACK], xmu_scale[PACK], cshift[PACK], dy_scale[PACK];
+  BnPackCoefs<PACK> q;
 #pragma unroll
   for (int k = 0; k < PACK; ++k) {
-    const BnCoefs q = coef[col + k];
-    cm[k] = q.mean;
-    xmu_scale[k] = q.xmu_scale;
-    cshift[k] = q.shift;
-    dy_scale[k] = q.dy_scale;
+    const BnCoefs c = coef[col + k];
+    q.c[kBnMean][k] = c.mean;
+    q.c[kBnXmuScale][k] = c.xmu_scale;
+    q.c[kBnShift][k] = c.shift;
+    q.c[kBnDyScale][k] = BWD ? c.dy_scale : 0.f;
   }
-  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
-  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
+  using Vec = BnVec<T, PACK>;
+  const BnForwardOp<T, PACK> fop{p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU, p.epilogue != FNORM_BN_EPILOGUE_NONE};
+  const BnBackwardOp<T, PACK> bop{p.mask_in != nullptr};
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const int64_t m = row0 + static_cast<int64_t>(i) * rpi;
     const bool active = m < rows;
     const int64_t e = m * width + col;
+    float v[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) v[k] = Convert<T>::to_float(xr[i].v[k]);
     if constexpr (BWD) {
       if (active) {
-        float v[PACK], g[PACK];
+        float g[PACK];
 #pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          g[k] = Convert<T>::to_float(gr[i].v[k]);
-          if (p.mask_in != nullptr && !((bits[i] >> k) & 1u)) g[k] = 0.f;
-          v[k] = g[k] * dy_scale[k] + (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.dx) + e, v);
-        if (p.dz != nullptr && p.mask_in != nullptr) store_pack<T, PACK>(static_cast<T *>(p.dz) + e, g);
+        for (int k = 0; k < PACK; ++k) g[k] = Convert<T>::to_float(gr[i].v[k]);
+        Vec::store(static_cast<T *>(p.dx) + e, bop(v, g, bits[i], q));
+        if (p.dz != nullptr && bop.masked) Vec::store(static_cast<T *>(p.dz) + e, Vec::narrow(g));
       }
     } else {
       uint32_t mbits = 0;
       if (active) {
-        float v[PACK], zv[PACK];
-        if (add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          v[k] = (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-          if (add) v[k] += zv[k];
-          if (relu) {
-            v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
-            mbits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
-          }
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.y) + e, v);
+        float zv[PACK];
+        if (fop.add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
+        typename Vec::Raw out;
+        mbits = fop(v, zv, q, out);
+        Vec::store(static_cast<T *>(p.y) + e, out);
       }
       if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, mbits, active);
     }
   }
 }
 
-// Whether the whole problem fits one co-resident grid of the one-launch
-// kernel, and its grid and combine form (gather_all: the gather form at any
-// size). Assumptions (of a shape that fits): group == 1, width == ncp * PACK
-// with ncp a power of two <= 32, pointers aligned to PACK elements,
-// p.part_moment1 / part_moment2 hold p.max_blocks rows of width floats.
+// The one-wave kernel's shape where the whole problem fits one co-resident
+// grid of it (else none): its grid and combine form (gather_all: the gather
+// form at any size). Assumptions (of a shape that fits): group == 1, width ==
+// ncp * PACK with ncp a power of two <= 32, pointers aligned to PACK
+// elements, p.part_moment1 / part_moment2 hold p.max_blocks rows of width
+// floats.
 template <typename T, int PACK, bool BWD>
-cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
-                                BnPersistShape *s) {
+cudaError_t shape_bn_one_wave(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+                              BnPersistShape *s) {
   *s = BnPersistShape{};
   const int64_t packs = p.shape.width / PACK;
   if (p.shape.group != 1 || p.shape.width % PACK != 0 || packs > 32 || (packs & (packs - 1)) != 0)
@@ -333,38 +329,57 @@ cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const
   cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
   if (blocks > static_cast<int64_t>(occ) * ctx.dev.sm_count) return cudaSuccess;
-  s->fits = true;
+  s->kernel = BnOneLaunch::OneWave;
   s->blocks = blocks;
+  s->blocks_per_sm = occ;
   s->ncp_log2 = ncp_log2;
   s->gather = gather;
   return cudaSuccess;
 }
 
-// Launches the one-launch kernel with a shape that fits; *launched says
-// whether it did (if not, the caller runs the general path).
+// Where the streaming kernel runs instead of the three launches: training
+// forwards of 16-bit types without the addend, fp16 up to kBnStreamMaxBytes,
+// bf16 at every size. H100 (bench/NOTES.md "BatchNorm round 3", RELU, us,
+// streaming vs three launches): fp16 51 MB 66.4 vs 76.6, 205 MB 251.9 vs
+// 249.0; bf16 51 MB 66.0 vs 81.3, 205 MB 250.8 vs 272.5; ADD_RELU (z read in
+// the second pass) 323.6 vs 299.5 at 205 MB.
+constexpr int64_t kBnStreamMaxBytes = int64_t{64} << 20;
+template <typename T>
+bool bn_stream_takes(const BnPersistParams &p) {
+  const int64_t bytes = p.shape.elements() * static_cast<int64_t>(sizeof(T));
+  return p.epilogue != FNORM_BN_EPILOGUE_ADD_RELU && (std::is_same_v<T, __nv_bfloat16> || bytes <= kBnStreamMaxBytes);
+}
+
+// The one-launch shape of a training pass (the plan's, bn_native.cpp): the
+// one-wave kernel where the tensor fits it (faster than the streaming kernel
+// there: 26.6 vs 37.6 us at [128, 256, 14, 14], 20.0 vs 23.0 at
+// [128, 512, 7, 7], fp16 RELU, H100), else the streaming kernel where
+// bn_stream_takes, else none (the three launches).
+template <typename T, int PACK, bool BWD>
+cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+                                BnPersistShape *s) {
+  const cudaError_t err = shape_bn_one_wave<T, PACK, BWD>(p, gather_all, ctx, s);
+  if (err != cudaSuccess || s->kernel != BnOneLaunch::None) return err;
+  if constexpr (!BWD && sizeof(T) == 2) {
+    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK, BWD>(p, gather_all, ctx, s);
+  }
+  return cudaSuccess;
+}
+
+// Launches the planned one-launch kernel (s.kernel != None); *launched says
+// whether it ran (if not, the caller runs the three launches).
 template <typename T, int PACK, bool BWD>
 cudaError_t launch_bn_persistent(const BnPersistParams &p, const BnPersistShape &s, cudaStream_t stream,
                                  bool *launched) {
   *launched = false;
-  auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(s.blocks));
-  cfg.blockDim = dim3(kBnThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, s.ncp_log2);
-  if (err == cudaErrorCooperativeLaunchTooLarge) {
-    // Fewer SMs than the device reports (MPS limits, green contexts): the
-    // caller runs the general path.
-    (void)cudaGetLastError();
-    return cudaSuccess;
+  if (s.kernel == BnOneLaunch::OneWave) {
+    auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
+    return launch_bn_cooperative(kernel, s, stream, launched, p, s.ncp_log2);
   }
-  *launched = err == cudaSuccess;
-  return err;
+  if constexpr (!BWD && sizeof(T) == 2) {
+    if (s.kernel == BnOneLaunch::Stream) return launch_bn_stream<T, PACK, BWD>(p, s, stream, launched);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace fnorm

@@ -926,6 +926,10 @@ int main() {
       {FNORM_DTYPE_BFLOAT16, {32, 64, 28, 28}, true, FNORM_BN_EPILOGUE_ADD_RELU},
       {FNORM_DTYPE_FLOAT16, {16, 35, 14, 14}, true, FNORM_BN_EPILOGUE_ADD_RELU},
       {FNORM_DTYPE_FLOAT32, {1000000, 16, 16}, false, FNORM_BN_EPILOGUE_NONE},
+      // Beyond the one-wave kernel's reach: the streaming one-launch forward
+      // (bn_stream.cuh) with the ReLU mask, fp16 and bf16.
+      {FNORM_DTYPE_FLOAT16, {64, 64, 56, 56}, true, FNORM_BN_EPILOGUE_RELU},
+      {FNORM_DTYPE_BFLOAT16, {32, 64, 56, 56}, true, FNORM_BN_EPILOGUE_RELU},
   };
   if (quick) bigs.resize(san ? 1 : 3);
   for (const Big &b : bigs) {
