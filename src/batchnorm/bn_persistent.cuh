@@ -361,7 +361,7 @@ cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const
   const cudaError_t err = shape_bn_one_wave<T, PACK, BWD>(p, gather_all, ctx, s);
   if (err != cudaSuccess || s->kernel != BnOneLaunch::None) return err;
   if constexpr (!BWD && sizeof(T) == 2) {
-    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK, BWD>(p, gather_all, ctx, s);
+    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK>(p, gather_all, ctx, s);
   }
   return cudaSuccess;
 }
@@ -377,7 +377,7 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const BnPersistShape 
     return launch_bn_cooperative(kernel, s, stream, launched, p, s.ncp_log2);
   }
   if constexpr (!BWD && sizeof(T) == 2) {
-    if (s.kernel == BnOneLaunch::Stream) return launch_bn_stream<T, PACK, BWD>(p, s, stream, launched);
+    if (s.kernel == BnOneLaunch::Stream) return launch_bn_stream<T, PACK>(p, s, stream, launched);
   }
   return cudaSuccess;
 }

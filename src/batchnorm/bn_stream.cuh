@@ -1,22 +1,23 @@
-// BatchNorm in one launch for channels-last tensors ([N, C], NHWC, NDHWC)
-// whose C is PACK times a power of two <= 256, at any size (the streaming
-// one-launch kernel; bn_persistent.cuh's one-wave kernel holds only tensors
-// of up to 8 packs per thread): one cooperative grid of co-resident blocks
-// reads x (and dy) for the per-channel sums, combines the blocks' sums behind
-// a grid barrier, and runs the elementwise step (batchnorm.cuh's BnForwardOp
-// / BnBackwardOp) on what it kept on chip, reading the rest a second time,
+// BatchNorm's training forward in one launch for channels-last tensors
+// ([N, C], NHWC, NDHWC) whose C is PACK times a power of two <= 256, at any
+// size (the streaming one-launch kernel; bn_persistent.cuh's one-wave kernel
+// holds only tensors of up to 8 packs per thread): one cooperative grid of
+// co-resident blocks reads x for the per-channel sums, combines the blocks'
+// sums behind a grid barrier, and runs the elementwise step (batchnorm.cuh's
+// BnForwardOp) on what it kept on chip, reading the rest a second time,
 // newest first.
 //
-// Where it runs (bn_persistent.cuh's bn_stream_takes): training forwards without the
+// Where it runs (bn_persistent.cuh's bn_stream_takes): forwards without the
 // addend (NONE, RELU), 16-bit types, tensors beyond the one-wave kernel's
-// reach (fp16 up to kBnStreamMaxBytes). H100 (bench/NOTES.md, this kernel against
-// the three launches, us): fp16 RELU [128, 64, 56, 56] 66.4 vs 76.6, NONE
-// 64.0 vs 73.4, bf16 RELU 66.0 vs 81.3; ncu there: 53.7 MB read from DRAM
-// (x is 51.4 MB: read once), but 16 warps per SM (128 registers) leave it
-// latency-bound at 1.4 TB/s. At 205 and 411 MB (fp16 RELU) it ties the
+// reach (fp16 up to kBnStreamMaxBytes). H100 (bench/NOTES.md, this kernel
+// against the three launches, us): fp16 RELU [128, 64, 56, 56] 66.4 vs 76.6,
+// NONE 64.0 vs 73.4, bf16 RELU 66.0 vs 81.3; ncu there: 53.7 MB read from
+// DRAM (x is 51.4 MB: read once), but 16 warps per SM (128 registers) leave
+// it latency-bound at 1.4 TB/s. At 205 and 411 MB (fp16 RELU) it ties the
 // three launches (251.9 vs 249.0, 469.7 vs 473.7); with ADD_RELU (z read in
-// the second pass) it lost (323.6 vs 299.5), and its backward lost
-// everywhere (0.65x .. 0.98x): those keep the other paths.
+// the second pass) it lost (323.6 vs 299.5). The same scheme for the
+// backward (x and dy kept) lost everywhere, 0.65x to 0.98x of the three
+// launches: backwards take the other paths.
 //
 // Layout. The tensor is a sequence of slabs of 256 packs (256 * PACK / C
 // whole rows). Thread t of a block takes pack t of every slab of its block's
@@ -26,20 +27,18 @@
 // shuffles of the elementwise kernels). Block b owns slabs
 // [b * spb, (b + 1) * spb); a thread's packs are numbered i = 0 .. spb - 1.
 //
-// What stays on chip: of a thread's packs, the last KR (bn_stream_regs)
-// stay in registers as stored, the KS before them in shared memory (KS set
-// by the plan from what a block may hold at two blocks per SM), and the first
-// ones are streamed: read again after the barrier, last first, while the L2
+// What stays on chip: of a thread's packs, the last kBnStreamKR stay in
+// registers as stored, the KS before them in shared memory (KS set by the
+// plan from what a block may hold at two blocks per SM), and the first ones
+// are streamed: read again after the barrier, last first, while the L2
 // still holds most of them. Where there is a streamed part, the packs kept
-// on chip are read evict-first and the outputs written evict-first, so
-// that the L2 keeps the streamed part of x (and dy) for the second read.
-// Bytes from DRAM: forward x once + y (the streamed part beyond what the L2
-// keeps read twice), backward x and dy once + dx (+ dz).
+// on chip are read evict-first and y is written evict-first, so that the L2
+// keeps the streamed part of x for the second read. Bytes from DRAM: x once
+// (plus the streamed part the L2 did not keep) and y.
 //
-// Forward sums are shifted by the channel's value in row 0 (read by every
-// block alike): S1 = sum (x - K), S2 = sum (x - K)^2, mean = K + S1 / n,
+// The sums are shifted by the channel's value in row 0 (read by every block
+// alike): S1 = sum (x - K), S2 = sum (x - K)^2, mean = K + S1 / n,
 // M2 = S2 - S1^2 / n: no cancellation worth the name for |mean| >> std.
-// Backward sums: S1 = sum g, S2 = sum g * (x - mean), g the masked dy.
 //
 // The combine after the barrier, in one of two forms (the kernel's GATHER):
 //   gather: every block adds all blocks' partials itself (grid * C loads per
@@ -48,14 +47,9 @@
 //     the blocks' partials, in a fixed order), which writes the channel's
 //     outputs and coefficients (workspace); a second barrier, then every
 //     thread reads the coefficients of its channels.
-// Gather costs grid^2 * C loads in all (314 MB of L2 reads at
-// [128, 256, 14, 14] fp16, 392 blocks); owner costs a second barrier.
-// H200 (bench/NOTES.md, forward / backward us, owner vs gather):
-// [128, 256, 14, 14] fp16 23.8 / 26.7 vs 73.4 / 26.7; [16, 64, 56, 56] 17.8 /
-// 18.2 vs 19.9 / 20.7; [4, 64, 56, 56] 14.7 / 13.6 vs 11.8 / 11.1; fp32
-// [126000, 16] 13.3 / 14.8 vs 12.3 / 14.1. So gather where grid * C <=
-// kBnGatherMax, owner above. Both add the float partials in double, in a
-// fixed order: deterministic.
+// Gather where grid * C <= kBnGatherMax, owner above: the threshold the
+// one-wave kernel measured (bn_persistent.cuh), not measured again here.
+// Both add the float partials in double, in a fixed order: deterministic.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -67,28 +61,13 @@
 
 namespace fnorm {
 
-// Packs per thread and tensor kept in registers (KR) and loaded together in
-// the streamed parts (U), within the 128 registers of two 256-thread blocks
-// per SM. ptxas (fp16 / bf16, 8-element packs): forward KR 12, U 4 keeps 24
-// bytes of stack (one register-part pack, outside the loops), U 8 spills in
-// the loops; backward KR 4, U 4 (x and dy) 8 bytes. The macros exist for
-// A/B builds.
-#ifndef FNORM_BN_U_FWD
-#define FNORM_BN_U_FWD 4
-#endif
-#ifndef FNORM_BN_U_BWD
-#define FNORM_BN_U_BWD 4
-#endif
-#ifndef FNORM_BN_KR_FWD
-#define FNORM_BN_KR_FWD 12
-#endif
-#ifndef FNORM_BN_KR_BWD
-#define FNORM_BN_KR_BWD 4
-#endif
-template <bool BWD>
-__host__ __device__ constexpr int bn_stream_regs() { return BWD ? FNORM_BN_KR_BWD : FNORM_BN_KR_FWD; }
-template <bool BWD>
-__host__ __device__ constexpr int bn_stream_unroll() { return BWD ? FNORM_BN_U_BWD : FNORM_BN_U_FWD; }
+// Packs per thread kept in registers (KR) and loaded together in the
+// streamed part (U), within the 128 registers of two 256-thread blocks per
+// SM. ptxas (fp16 / bf16, 8-element packs): KR 12, U 4 keeps 24-40 bytes of
+// stack (register-part packs, outside the loops); U 8 spilled in the loops
+// (292 bytes fp16, 774 bf16, with KR 16).
+constexpr int kBnStreamKR = 12;
+constexpr int kBnStreamU = 4;
 constexpr int64_t kBnGatherMax = 8192;  // grid * C (see above)
 constexpr int kBnStreamBlocksPerSm = 2;
 
@@ -106,11 +85,10 @@ struct BnStreamThread {
 };
 
 // The sums of one thread's packs (see the top of the file).
-template <typename T, int PACK, bool BWD>
+template <typename T, int PACK>
 struct BnStreamSums {
   using Vec = BnVec<T, PACK>;
   float a[PACK], b[PACK], ref[PACK];
-  bool masked;
   // The same shift, no values (for blocked summation).
   __device__ __forceinline__ BnStreamSums fresh() const {
     BnStreamSums s = *this;
@@ -125,22 +103,14 @@ struct BnStreamSums {
       b[k] += o.b[k];
     }
   }
-  __device__ __forceinline__ void add(const typename Vec::Raw &xr, const typename Vec::Raw &dyr, uint32_t bits) {
-    float x[PACK], dy[PACK];
+  __device__ __forceinline__ void add(const typename Vec::Raw &xr) {
+    float x[PACK];
     Vec::widen(xr, x);
-    if constexpr (BWD) Vec::widen(dyr, dy);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       const float d = x[k] - ref[k];
-      if constexpr (BWD) {
-        float g = dy[k];
-        if (masked && !((bits >> k) & 1u)) g = 0.f;
-        a[k] += g;
-        b[k] += g * d;
-      } else {
-        a[k] += d;
-        b[k] += d * d;
-      }
+      a[k] += d;
+      b[k] += d * d;
     }
   }
 };
@@ -184,7 +154,7 @@ __device__ __forceinline__ void bn_stream_block_partials(const BnPersistParams &
 // Owner combine: channel j by warp j of the grid (8 per block), its lanes
 // over the blocks' partials in a fixed order, then a fixed shuffle tree;
 // lane 0 writes the channel's outputs and coefficients (p.f's workspace).
-template <typename T, bool BWD>
+template <typename T>
 __device__ __forceinline__ void bn_stream_combine_owner(const BnPersistParams &p) {
   constexpr int kWarps = kBnThreads / 32;
   const int lane = threadIdx.x & 31;
@@ -205,14 +175,10 @@ __device__ __forceinline__ void bn_stream_combine_owner(const BnPersistParams &p
       s2 += __shfl_xor_sync(kFullMask, s2, off);
     }
     if (lane == 0) {
-      if constexpr (BWD) {
-        finish_bwd(p.f, j, n, s1, s2, true);
-      } else {
-        // Row 0 is still x here: y (possibly x itself) is written after the
-        // second barrier.
-        const double mean = static_cast<double>(Convert<T>::to_float(static_cast<const T *>(p.x)[j])) + s1 / n;
-        finish_fwd(p.f, j, n, mean, fmax(s2 - s1 * s1 / n, 0.0));
-      }
+      // Row 0 is still x here: y (possibly x itself) is written after the
+      // second barrier.
+      const double mean = static_cast<double>(Convert<T>::to_float(static_cast<const T *>(p.x)[j])) + s1 / n;
+      finish_fwd(p.f, j, n, mean, fmax(s2 - s1 * s1 / n, 0.0));
     }
   }
 }
@@ -220,8 +186,7 @@ __device__ __forceinline__ void bn_stream_combine_owner(const BnPersistParams &p
 // Gather combine (C <= 256, C divides 256): every block adds all blocks'
 // partials per column in double; thread j < C computes column j's
 // coefficients into coef[j]; block 0 writes the channels' outputs.
-// shift: channel threadIdx.x's row-0 value (forward), read before the barrier.
-template <bool BWD>
+// shift: channel threadIdx.x's row-0 value, read before the barrier.
 __device__ __forceinline__ void bn_stream_combine_gather(const BnPersistParams &p, float shift, double *da,
                                                           double *db, BnCoefs *coef) {
   const int width = static_cast<int>(p.shape.width);
@@ -260,53 +225,39 @@ __device__ __forceinline__ void bn_stream_combine_gather(const BnPersistParams &
   if (threadIdx.x < width) {
     const double n = static_cast<double>(p.shape.rows);
     const double S1 = da[threadIdx.x], S2 = db[threadIdx.x];
-    if constexpr (BWD) {
-      coef[threadIdx.x] = bwd_coefs(p.f, threadIdx.x, n, S1, S2);
-      if (blockIdx.x == 0) finish_bwd(p.f, threadIdx.x, n, S1, S2, true);
-    } else {
-      const double mean = static_cast<double>(shift) + S1 / n;
-      const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
-      coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
-      if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
-    }
+    const double mean = static_cast<double>(shift) + S1 / n;
+    const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
+    coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
+    if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
   }
   __syncthreads();
 }
 
-// The elementwise step on pack i: x (and dy) as stored, bits the mask bits
-// of pack i (backward). Every lane of the warp calls it (the mask words).
-template <typename T, int PACK, bool BWD>
+// The elementwise step on pack i: x (and z, ADD_RELU) as stored. Every lane
+// of the warp calls it (the mask words).
+template <typename T, int PACK>
 struct BnStreamApply {
   using Vec = BnVec<T, PACK>;
   using Raw = typename Vec::Raw;
   const BnPersistParams &p;
   const BnStreamThread<PACK> &th;
   BnPackCoefs<PACK> q;
-  bool add, relu, masked, evict_first;
-  __device__ __forceinline__ void operator()(int i, const Raw &xr, const Raw &gr, uint32_t bits, const Raw &zr) const {
+  bool add, relu, evict_first;
+  __device__ __forceinline__ void operator()(int i, const Raw &xr, const Raw &zr) const {
     const bool active = th.valid(i);
     const int64_t e = th.elem(i);
     float x[PACK];
     Vec::widen(xr, x);
-    if constexpr (BWD) {
-      if (!active) return;
-      float g[PACK];
-      Vec::widen(gr, g);
-      const BnBackwardOp<T, PACK> op{masked};
-      Vec::store(static_cast<T *>(p.dx) + e, op(x, g, bits, q), evict_first);
-      if (p.dz != nullptr && masked) Vec::store(static_cast<T *>(p.dz) + e, Vec::narrow(g), evict_first);
-    } else {
-      uint32_t mbits = 0;
-      if (active) {
-        const BnForwardOp<T, PACK> op{add, relu};
-        float z[PACK];
-        if (add) Vec::widen(zr, z);
-        Raw out;
-        mbits = op(x, z, q, out);
-        Vec::store(static_cast<T *>(p.y) + e, out, evict_first);
-      }
-      if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, mbits, active);
+    uint32_t mbits = 0;
+    if (active) {
+      const BnForwardOp<T, PACK> op{add, relu};
+      float z[PACK];
+      if (add) Vec::widen(zr, z);
+      Raw out;
+      mbits = op(x, z, q, out);
+      Vec::store(static_cast<T *>(p.y) + e, out, evict_first);
     }
+    if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, mbits, active);
   }
 };
 
@@ -319,16 +270,15 @@ constexpr size_t bn_stream_static_smem(bool gather) {
 
 // GATHER: the combine's form (see above), a kernel of its own so that each
 // form gets its own registers.
-template <typename T, int PACK, bool BWD, bool GATHER>
+template <typename T, int PACK, bool GATHER>
 __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
     bn_stream_kernel(BnPersistParams p, BnStreamGrid grid) {
   using Vec = BnVec<T, PACK>;
   using Raw = typename Vec::Raw;
-  constexpr int KR = bn_stream_regs<BWD>();
-  constexpr int U = bn_stream_unroll<BWD>();
-  constexpr int NT = BWD ? 2 : 1;  // tensors kept on chip: x (and dy)
+  constexpr int KR = kBnStreamKR;
+  constexpr int U = kBnStreamU;
   extern __shared__ __align__(16) unsigned char bn_stream_keep[];
-  Raw *keep = reinterpret_cast<Raw *>(bn_stream_keep);  // [KS][NT][kBnThreads]
+  Raw *keep = reinterpret_cast<Raw *>(bn_stream_keep);  // [KS][kBnThreads]
   __shared__ float sa[kBnThreads * PACK];
   __shared__ float sb[kBnThreads * PACK];
   __shared__ double da[GATHER ? kBnThreads : 1];
@@ -336,8 +286,6 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
   __shared__ BnCoefs coef[GATHER ? kBnThreads : 1];
 
   const T *x = static_cast<const T *>(p.x);
-  const T *dy = static_cast<const T *>(p.dy);
-  const uint32_t *mask_in = p.mask_in;
   const int64_t C = p.shape.width;
   BnStreamThread<PACK> th;
   {
@@ -355,51 +303,35 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
   const int n_reg = min(KR, th.n);
   const int n_smem = min(grid.keep_smem, th.n - n_reg);
   const int n_str = th.n - n_reg - n_smem;
-  const bool masked = BWD && mask_in != nullptr;
 
   // ---- first read: the sums ------------------------------------------------
-  BnStreamSums<T, PACK, BWD> sums;
-  sums.masked = masked;
+  BnStreamSums<T, PACK> sums;
 #pragma unroll
   for (int k = 0; k < PACK; ++k) sums.a[k] = sums.b[k] = 0.f;
-  if constexpr (BWD) {
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) sums.ref[k] = p.f.in_mean[th.col + k];
-  } else {
-    load_pack<T, PACK>(x + th.col, sums.ref);  // row 0: the shift
-  }
+  load_pack<T, PACK>(x + th.col, sums.ref);  // row 0: the shift
   // Channel threadIdx.x's shift for the gather combine, read before the
   // grid barrier: y may be x itself, and row 0 is overwritten after it.
-  const float shift = GATHER && !BWD && threadIdx.x < C ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
+  const float shift = GATHER && threadIdx.x < C ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
 
   // Packs [i0, i1) in groups of U: loads first (cs: evict-first), then sums;
   // to_smem also keeps them in shared memory slots i - i0.
   auto first_read = [&](int i0, int i1, bool cs, bool to_smem) {
     int i = i0;
     for (; i + U <= i1; i += U) {
-      Raw xr[U], gr[U];
-      uint32_t bits[U];
+      Raw xr[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        bits[u] = 0u;
         if (th.valid(i + u)) {
           const int64_t e = th.elem(i + u);
           xr[u] = cs ? Vec::load_cs(x + e) : Vec::load(x + e);
-          if constexpr (BWD) {
-            gr[u] = cs ? Vec::load_cs(dy + e) : Vec::load(dy + e);
-            if (masked) bits[u] = read_mask_bits<PACK>(mask_in, e);
-          }
         }
       }
-      BnStreamSums<T, PACK, BWD> grp = sums.fresh();  // blocked summation: the group's, then the total
+      BnStreamSums<T, PACK> grp = sums.fresh();  // blocked summation: the group's, then the total
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (!th.valid(i + u)) continue;
-        grp.add(xr[u], gr[u], bits[u]);
-        if (to_smem) {
-          keep[((i + u - i0) * NT) * kBnThreads + threadIdx.x] = xr[u];
-          if constexpr (BWD) keep[((i + u - i0) * NT + 1) * kBnThreads + threadIdx.x] = gr[u];
-        }
+        grp.add(xr[u]);
+        if (to_smem) keep[(i + u - i0) * kBnThreads + threadIdx.x] = xr[u];
       }
       sums.merge(grp);
     }
@@ -407,42 +339,24 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
       if (!th.valid(i)) continue;
       const int64_t e = th.elem(i);
       const Raw xr = cs ? Vec::load_cs(x + e) : Vec::load(x + e);
-      Raw gr{};
-      uint32_t bits = 0u;
-      if constexpr (BWD) {
-        gr = cs ? Vec::load_cs(dy + e) : Vec::load(dy + e);
-        if (masked) bits = read_mask_bits<PACK>(mask_in, e);
-      }
-      sums.add(xr, gr, bits);
-      if (to_smem) {
-        keep[((i - i0) * NT) * kBnThreads + threadIdx.x] = xr;
-        if constexpr (BWD) keep[((i - i0) * NT + 1) * kBnThreads + threadIdx.x] = gr;
-      }
+      sums.add(xr);
+      if (to_smem) keep[(i - i0) * kBnThreads + threadIdx.x] = xr;
     }
   };
   first_read(0, n_str, false, false);
   first_read(n_str, n_str + n_smem, true, true);
   // The register part: pack n - KR + k in slot k (k >= KR - n_reg).
   const int i_reg = th.n - KR;
-  Raw xk[KR], gk[KR];
-  uint32_t kbits[KR];
+  Raw xk[KR];
 #pragma unroll
   for (int k = 0; k < KR; ++k) {
-    kbits[k] = 0u;
-    if (k >= KR - n_reg && th.valid(i_reg + k)) {
-      const int64_t e = th.elem(i_reg + k);
-      xk[k] = Vec::load_cs(x + e);
-      if constexpr (BWD) {
-        gk[k] = Vec::load_cs(dy + e);
-        if (masked) kbits[k] = read_mask_bits<PACK>(mask_in, e);
-      }
-    }
+    if (k >= KR - n_reg && th.valid(i_reg + k)) xk[k] = Vec::load_cs(x + th.elem(i_reg + k));
   }
   {
-    BnStreamSums<T, PACK, BWD> grp = sums.fresh();
+    BnStreamSums<T, PACK> grp = sums.fresh();
 #pragma unroll
     for (int k = 0; k < KR; ++k)
-      if (k >= KR - n_reg && th.valid(i_reg + k)) grp.add(xk[k], gk[k], kbits[k]);
+      if (k >= KR - n_reg && th.valid(i_reg + k)) grp.add(xk[k]);
     sums.merge(grp);
   }
 
@@ -450,41 +364,39 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
   cooperative_groups::this_grid().sync();
 
   // ---- combine: this thread's coefficients -----------------------------------
-  BnStreamApply<T, PACK, BWD> apply{p, th};
+  BnStreamApply<T, PACK> apply{p, th};
   if constexpr (GATHER) {
-    bn_stream_combine_gather<BWD>(p, shift, da, db, coef);
+    bn_stream_combine_gather(p, shift, da, db, coef);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       const BnCoefs c = coef[th.col + k];
       apply.q.c[kBnMean][k] = c.mean;
       apply.q.c[kBnXmuScale][k] = c.xmu_scale;
       apply.q.c[kBnShift][k] = c.shift;
-      apply.q.c[kBnDyScale][k] = BWD ? c.dy_scale : 0.f;
+      apply.q.c[kBnDyScale][k] = 0.f;
     }
   } else {
-    bn_stream_combine_owner<T, BWD>(p);
+    bn_stream_combine_owner<T>(p);
     cooperative_groups::this_grid().sync();
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       apply.q.c[kBnMean][k] = __ldcg(p.f.mean + th.col + k);
       apply.q.c[kBnXmuScale][k] = __ldcg(p.f.xmu_scale + th.col + k);
       apply.q.c[kBnShift][k] = __ldcg(p.f.shift + th.col + k);
-      apply.q.c[kBnDyScale][k] = BWD ? __ldcg(p.f.dy_scale + th.col + k) : 0.f;
+      apply.q.c[kBnDyScale][k] = 0.f;
     }
   }
   // (Every finish_fwd above read the counter for the cumulative average
   // before this barrier or, gather, in block 0 before its __syncthreads.)
-  if (!BWD && p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
-    *p.num_batches_tracked += 1;
+  if (p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.num_batches_tracked += 1;
 
   // ---- second pass, newest first: registers, shared memory, streamed --------
   apply.add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
   apply.relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
-  apply.masked = masked;
   apply.evict_first = grid.evict_first;
   const T *z = static_cast<const T *>(p.z);
-  const bool add = !BWD && apply.add;
-  // z of pack i (forward ADD_RELU), loaded with its group.
+  const bool add = apply.add;
+  // z of pack i (ADD_RELU), loaded with its group.
   auto load_z = [&](int i, Raw &zr) {
     if (add && th.valid(i)) zr = Vec::load(z + th.elem(i));
   };
@@ -499,7 +411,7 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
 #pragma unroll
     for (int u = kG - 1; u >= 0; --u) {
       const int k = k0 + u;
-      if (k >= KR - n_reg) apply(i_reg + k, xk[k], gk[k], kbits[k], zr[u]);
+      if (k >= KR - n_reg) apply(i_reg + k, xk[k], zr[u]);
     }
   }
   // Packs [i0, i1), last first, in groups of U, from shared memory
@@ -507,45 +419,34 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
   auto second_read = [&](int i0, int i1, bool from_smem) {
     int i = i1;
     for (; i - U >= i0; i -= U) {
-      Raw xr[U], gr[U], zr[U];
-      uint32_t bits[U];
+      Raw xr[U], zr[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int ii = i - 1 - u;
-        bits[u] = 0u;
         if (th.valid(ii)) {
-          const int64_t e = th.elem(ii);
           if (from_smem) {
-            xr[u] = keep[((ii - i0) * NT) * kBnThreads + threadIdx.x];
-            if constexpr (BWD) gr[u] = keep[((ii - i0) * NT + 1) * kBnThreads + threadIdx.x];
+            xr[u] = keep[(ii - i0) * kBnThreads + threadIdx.x];
           } else {
-            xr[u] = Vec::load_cs(x + e);
-            if constexpr (BWD) gr[u] = Vec::load_cs(dy + e);
+            xr[u] = Vec::load_cs(x + th.elem(ii));
           }
-          if (masked) bits[u] = read_mask_bits<PACK>(mask_in, e);
         }
         load_z(ii, zr[u]);
       }
 #pragma unroll
-      for (int u = 0; u < U; ++u) apply(i - 1 - u, xr[u], gr[u], bits[u], zr[u]);
+      for (int u = 0; u < U; ++u) apply(i - 1 - u, xr[u], zr[u]);
     }
     for (; i > i0; --i) {
       const int ii = i - 1;
-      Raw xr{}, gr{}, zr{};
-      uint32_t bits = 0u;
+      Raw xr{}, zr{};
       if (th.valid(ii)) {
-        const int64_t e = th.elem(ii);
         if (from_smem) {
-          xr = keep[((ii - i0) * NT) * kBnThreads + threadIdx.x];
-          if constexpr (BWD) gr = keep[((ii - i0) * NT + 1) * kBnThreads + threadIdx.x];
+          xr = keep[(ii - i0) * kBnThreads + threadIdx.x];
         } else {
-          xr = Vec::load_cs(x + e);
-          if constexpr (BWD) gr = Vec::load_cs(dy + e);
+          xr = Vec::load_cs(x + th.elem(ii));
         }
-        if (masked) bits = read_mask_bits<PACK>(mask_in, e);
       }
       load_z(ii, zr);
-      apply(ii, xr, gr, bits, zr);
+      apply(ii, xr, zr);
     }
   };
   second_read(n_str, n_str + n_smem, true);
@@ -557,16 +458,15 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
 // group == 1, C / PACK a power of two <= 256, pointers aligned to PACK
 // elements, p.part_moment1 / part_moment2 hold p.max_blocks rows of C floats,
 // p.f's coefficient arrays set (owner combine).
-template <typename T, int PACK, bool BWD>
+template <typename T, int PACK>
 cudaError_t shape_bn_stream(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx, BnPersistShape *s) {
   *s = BnPersistShape{};
   const int64_t C = p.shape.width;
   const int64_t ncp = C / PACK;
   if (p.shape.group != 1 || C % PACK != 0 || ncp > kBnThreads || (ncp & (ncp - 1)) != 0) return cudaSuccess;
   const int64_t slabs = ceil_div(p.shape.elements() / PACK, int64_t{kBnThreads});
-  constexpr int KR = bn_stream_regs<BWD>();
-  constexpr int NT = BWD ? 2 : 1;
-  constexpr size_t kSlotBytes = size_t{NT} * kBnThreads * sizeof(typename BnVec<T, PACK>::Raw);
+  constexpr int KR = kBnStreamKR;
+  constexpr size_t kSlotBytes = kBnThreads * sizeof(typename BnVec<T, PACK>::Raw);
   // Blocks: at most what is co-resident at kBnStreamBlocksPerSm (and what
   // the workspace holds); at least KR packs per thread (fewer blocks, fewer
   // partials to add) where the tensor is that small.
@@ -576,7 +476,7 @@ cudaError_t shape_bn_stream(const BnPersistParams &p, bool gather_all, const Dev
   const int64_t blocks = ceil_div(slabs, spb);
   spb = ceil_div(slabs, blocks);  // even out the blocks' shares
   const bool gather = (gather_all || blocks * C <= kBnGatherMax) && C <= kBnThreads;
-  auto kernel = gather ? bn_stream_kernel<T, PACK, BWD, true> : bn_stream_kernel<T, PACK, BWD, false>;
+  auto kernel = gather ? bn_stream_kernel<T, PACK, true> : bn_stream_kernel<T, PACK, false>;
   // Shared memory for KS slots: what a block may have at kBnStreamBlocksPerSm
   // per SM beside its static arrays (1 KiB per block is the system's).
   const int64_t per_sm = static_cast<int64_t>(ctx.dev.max_smem_optin) + 1024;
@@ -608,9 +508,9 @@ cudaError_t shape_bn_stream(const BnPersistParams &p, bool gather_all, const Dev
 
 // Launches the streaming kernel with its planned shape; *launched says
 // whether it ran (if not, the caller runs the three launches).
-template <typename T, int PACK, bool BWD>
+template <typename T, int PACK>
 cudaError_t launch_bn_stream(const BnPersistParams &p, const BnPersistShape &s, cudaStream_t stream, bool *launched) {
-  auto kernel = s.gather ? bn_stream_kernel<T, PACK, BWD, true> : bn_stream_kernel<T, PACK, BWD, false>;
+  auto kernel = s.gather ? bn_stream_kernel<T, PACK, true> : bn_stream_kernel<T, PACK, false>;
   return launch_bn_cooperative(kernel, s, stream, launched, p, s.stream);
 }
 
