@@ -17,9 +17,7 @@ constexpr int kBnUnroll = 4;  // independent packs in flight per thread in the r
 // Resident blocks per SM the columns reduction is compiled for (register
 // cap). 3 (80 registers) spilled in the fp16/bf16 backward and ran 6% slower
 // than 2 on the H200 (bench/NOTES.md).
-#ifndef FNORM_BN_REDUCE_MIN_BLOCKS
-#define FNORM_BN_REDUCE_MIN_BLOCKS 2
-#endif
+constexpr int kBnReduceMinBlocks = 2;
 
 // Bits [e, e + P) of a 1-bit-per-element mask (bit e % 32 of word e / 32).
 // Assumptions: e % P == 0 and P divides 32, so the bits share one word.
@@ -38,7 +36,7 @@ __device__ __forceinline__ uint32_t read_mask_bits(const uint32_t *mask, int64_t
 // Assumptions: PACK divides width; x (and dy) aligned to PACK elements.
 // ---------------------------------------------------------------------------
 template <typename T, int PACK, bool BWD>
-__global__ void __launch_bounds__(kBnThreads, FNORM_BN_REDUCE_MIN_BLOCKS) bn_reduce_columns_kernel(BnReduceParams p,
+__global__ void __launch_bounds__(kBnThreads, kBnReduceMinBlocks) bn_reduce_columns_kernel(BnReduceParams p,
                                                                        int ncp_log2) {
   __shared__ float sa[kBnThreads * PACK];
   __shared__ float sb[kBnThreads * PACK];

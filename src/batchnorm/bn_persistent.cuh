@@ -51,10 +51,7 @@
 namespace fnorm {
 
 // Packs per thread kept in registers.
-#ifndef FNORM_BN_PERSIST_K
-#define FNORM_BN_PERSIST_K 8
-#endif
-constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
+constexpr int kBnPersistK = 8;
 
 // Blocks per SM asked of the compiler (0: none asked): the grid must be
 // co-resident, so occupancy bounds the problems this path takes. The fp16
