@@ -7,7 +7,8 @@
 //   bn_cudnn_engine.cpp  the cuDNN engine
 //   bn_nccl.cpp          SyncBatchNorm's NCCL calls
 //   bn_api.cpp           the C entry points
-//   batchnorm.cuh, bn_persistent.cuh, bn_stream.cuh, bn_channel_end.cuh, bn_finalize.cu  device code
+//   batchnorm.cuh, bn_persistent.cuh, bn_stream.cuh, bn_one_launch.cuh, bn_channel_end.cuh,
+//   bn_finalize.cu       device code
 #pragma once
 
 #include <initializer_list>

@@ -58,6 +58,7 @@
 
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
+#include "batchnorm/bn_one_launch.cuh"
 
 namespace fnorm {
 
@@ -115,42 +116,6 @@ struct BnStreamSums {
   }
 };
 
-// Per-block partials: the block's sums per column (fixed-order tree over the
-// threads sharing a column), written by the threads of the first row slice.
-template <int PACK>
-__device__ __forceinline__ void bn_stream_block_partials(const BnPersistParams &p, float (&a)[PACK],
-                                                          float (&b)[PACK], int col, float *sa, float *sb) {
-  const int ncp = static_cast<int>(p.shape.width / PACK);
-  const int rpi = kBnThreads / ncp;
-  const int r = threadIdx.x / ncp;
-#pragma unroll
-  for (int k = 0; k < PACK; ++k) {
-    sa[threadIdx.x * PACK + k] = a[k];
-    sb[threadIdx.x * PACK + k] = b[k];
-  }
-  for (int stride = rpi >> 1; stride > 0; stride >>= 1) {
-    __syncthreads();
-    if (r < stride) {
-      const int o = threadIdx.x + stride * ncp;
-#pragma unroll
-      for (int k = 0; k < PACK; ++k) {
-        a[k] += sa[o * PACK + k];
-        b[k] += sb[o * PACK + k];
-        sa[threadIdx.x * PACK + k] = a[k];
-        sb[threadIdx.x * PACK + k] = b[k];
-      }
-    }
-  }
-  if (r == 0) {
-    const int64_t base = static_cast<int64_t>(blockIdx.x) * p.shape.width + col;
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) {
-      p.part_moment1[base + k] = a[k];
-      p.part_moment2[base + k] = b[k];
-    }
-  }
-}
-
 // Owner combine: channel j by warp j of the grid (8 per block), its lanes
 // over the blocks' partials in a fixed order, then a fixed shuffle tree;
 // lane 0 writes the channel's outputs and coefficients (p.f's workspace).
@@ -181,56 +146,6 @@ __device__ __forceinline__ void bn_stream_combine_owner(const BnPersistParams &p
       finish_fwd(p.f, j, n, mean, fmax(s2 - s1 * s1 / n, 0.0));
     }
   }
-}
-
-// Gather combine (C <= 256, C divides 256): every block adds all blocks'
-// partials per column in double; thread j < C computes column j's
-// coefficients into coef[j]; block 0 writes the channels' outputs.
-// shift: channel threadIdx.x's row-0 value, read before the barrier.
-__device__ __forceinline__ void bn_stream_combine_gather(const BnPersistParams &p, float shift, double *da,
-                                                          double *db, BnCoefs *coef) {
-  const int width = static_cast<int>(p.shape.width);
-  const int j = threadIdx.x & (width - 1);
-  const int lanes = kBnThreads / width;  // threads per column
-  // kU independent loads in flight per thread (a dependent chain of L2
-  // round trips here cost more than the rest of the kernel).
-  constexpr int kU = 8;
-  const int G = static_cast<int>(gridDim.x);
-  double s1 = 0.0, s2 = 0.0;
-  for (int g0 = threadIdx.x / width; g0 < G; g0 += kU * lanes) {
-    float va[kU], vb[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int g = g0 + u * lanes;
-      const bool ok = g < G;
-      va[u] = ok ? __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j) : 0.f;
-      vb[u] = ok ? __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      s1 += va[u];
-      s2 += vb[u];
-    }
-  }
-  da[threadIdx.x] = s1;
-  db[threadIdx.x] = s2;
-  for (int stride = kBnThreads >> 1; stride >= width; stride >>= 1) {
-    __syncthreads();
-    if (threadIdx.x < stride) {
-      da[threadIdx.x] += da[threadIdx.x + stride];
-      db[threadIdx.x] += db[threadIdx.x + stride];
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < width) {
-    const double n = static_cast<double>(p.shape.rows);
-    const double S1 = da[threadIdx.x], S2 = db[threadIdx.x];
-    const double mean = static_cast<double>(shift) + S1 / n;
-    const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
-    coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
-    if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
-  }
-  __syncthreads();
 }
 
 // The elementwise step on pack i: x (and z, ADD_RELU) as stored. Every lane
@@ -360,13 +275,16 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
     sums.merge(grp);
   }
 
-  bn_stream_block_partials<PACK>(p, sums.a, sums.b, th.col, sa, sb);
+  {
+    const int ncp = static_cast<int>(C / PACK);
+    bn_block_partials<PACK>(p, sums.a, sums.b, th.col, threadIdx.x / ncp, ncp, kBnThreads / ncp, sa, sb);
+  }
   cooperative_groups::this_grid().sync();
 
   // ---- combine: this thread's coefficients -----------------------------------
   BnStreamApply<T, PACK> apply{p, th};
   if constexpr (GATHER) {
-    bn_stream_combine_gather(p, shift, da, db, coef);
+    bn_combine_gather<false>(p, shift, da, db, coef);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       const BnCoefs c = coef[th.col + k];
