@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -44,6 +45,7 @@ from bench_layernorm import Bench, time_graph  # noqa: E402
 from bench_batchnorm import make, nbytes  # noqa: E402
 
 from fusednorm import _core  # noqa: E402
+from fusednorm import batchnorm as _fbn  # noqa: E402
 from fusednorm.batchnorm import _bn_desc, _bn_x_desc, _handle_for  # noqa: E402
 
 EPS = 1e-5
@@ -156,7 +158,10 @@ def time_case(B, dtype, layout, shape, rounds):
 
 
 # ---- several builds in one process (--builds) ------------------------------
-BUILDS = {}  # name -> (ctypes library, its handles dict)
+# name -> (ctypes library, its handles, its tensor and BatchNorm descriptor
+# caches): a library's objects go to that library only, since their layouts
+# may differ between builds.
+BUILDS = {}
 EPIS = {"none": fn.BnEpilogue.NONE, "relu": fn.BnEpilogue.RELU, "add_relu": fn.BnEpilogue.ADD_RELU}
 
 
@@ -170,14 +175,17 @@ def load_builds(spec):
         shutil.copy(path, copy)
         lib = ctypes.CDLL(copy)
         _core._apply(lib, _core._PROTOTYPES)
-        _core.lib = lib
-        _core._handles = {}
+        BUILDS[name] = (lib, {}, functools.lru_cache(maxsize=512)(_core._tensor_desc.__wrapped__),
+                        functools.lru_cache(maxsize=64)(_fbn._bn_desc.__wrapped__))
+        use_build(name)
         _handle_for(0)
-        BUILDS[name] = (lib, _core._handles)
 
 
 def use_build(name):
-    _core.lib, _core._handles = BUILDS[name]
+    lib, handles, tensor_desc, bn_desc = BUILDS[name]
+    _core.lib, _core._handles = lib, handles
+    _core._tensor_desc = _fbn._tensor_desc = tensor_desc
+    _fbn._bn_desc = bn_desc
 
 
 def time_case_builds(B, dtype, layout, shape, epi, rounds):
