@@ -14,8 +14,9 @@ Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[:E
                        [--engines native,cudnn,auto,native_env] [--env VAR=VALUE[,VAR=VALUE]]
                        [--builds NAME=LIB[,NAME=LIB...]]
        (default: the ladder below, engines native, cudnn, auto). native_env is
-       NATIVE with the --env variables set while it is timed (an old code path
-       kept behind a variable, against the new one, in the same process).
+       NATIVE on a handle created with the --env variables set (the library
+       reads its tuning at fnorm_create): a path chosen by a tuning knob
+       against the default one, in the same process.
        Writes DIR/ab_batchnorm.json when --out is given.
 --builds: several libfusednorm builds in the same process (a copy of each
        library, its own handle): each case is timed with the NATIVE engine of
@@ -51,7 +52,25 @@ from fusednorm.batchnorm import _bn_desc, _bn_x_desc, _handle_for  # noqa: E402
 EPS = 1e-5
 ENGINES = {"native": fn.BnEngine.NATIVE, "cudnn": fn.BnEngine.CUDNN, "auto": fn.BnEngine.AUTO,
            "native_env": fn.BnEngine.NATIVE}
-ENV = {}  # set while native_env runs (--env)
+ENV = {}  # set while native_env's handle is created (--env)
+_ENV_HANDLES = {}  # device -> that handle
+
+
+def env_handles(on):
+    """native_env runs on a handle of its own, created while the --env
+    variables are set: the library reads its tuning at fnorm_create only."""
+    if on and 0 not in _ENV_HANDLES:
+        os.environ.update(ENV)
+        try:
+            with torch.cuda.device(0):
+                _ENV_HANDLES[0] = _core.Handle()
+        finally:
+            for k in ENV:
+                os.environ.pop(k, None)
+    _core._handles = _ENV_HANDLES if on else _HANDLES
+
+
+_HANDLES = _core._handles
 
 # (dtype, layout, shape): the crossover ladder of issue 20 item 3.
 LADDER = (
@@ -120,8 +139,7 @@ def time_case(B, dtype, layout, shape, rounds):
     rf, rb = B.reps(n_sets, 3 * E * es), B.reps(n_sets, 5 * E * es)
     for _ in range(rounds):
         for name, eng in ENGINES.items():
-            if name == "native_env":
-                os.environ.update(ENV)
+            env_handles(name == "native_env")
             for p, mk, reps in (("fwd", fwd, rf), ("bwd", bwd, rb)):
                 if (name, p) in errors:
                     continue
@@ -129,8 +147,7 @@ def time_case(B, dtype, layout, shape, rounds):
                     res[(name, p)].append(time_graph(mk(eng), n_sets, reps))
                 except fn.FusedNormError as e:
                     errors[(name, p)] = f"{e.status.name}: {str(e)[:120]}"
-            for k in ENV:
-                os.environ.pop(k, None)
+            env_handles(False)
     # Which engine AUTO's forward output matches bit for bit (one set).
     y = {name: fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=eng)[0]
          for name, eng in ENGINES.items() if name in ("native", "cudnn", "auto") and (name, "fwd") not in errors}
@@ -138,11 +155,10 @@ def time_case(B, dtype, layout, shape, rounds):
     out = {"dtype": dtype, "layout": layout, "shape": shape, "mb": round(E * es / 1e6, 1),
            "auto_fwd_matches": "/".join(same) or "neither"}
     if "native_env" in ENGINES:  # the old path's outputs against the new one's
-        os.environ.update(ENV)
+        env_handles(True)
         y_env, s_env = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
         dx_env = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
-        for k in ENV:
-            os.environ.pop(k, None)
+        env_handles(False)
         y_new, s_new = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
         dx_new = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
         out["env_vs_native_max_diff"] = {
@@ -340,7 +356,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default="", help="DTYPE:LAYOUT:N,C,H,W;... (default: the ladder)")
     ap.add_argument("--engines", default="native,cudnn,auto")
-    ap.add_argument("--env", default="", help="VAR=VALUE,...: set while native_env is timed")
+    ap.add_argument("--env", default="", help="VAR=VALUE,...: set while native_env's handle is created")
     ap.add_argument("--builds", default="", help="NAME=LIB,...: several builds in one process (NATIVE of each, "
                     "CUDNN engine, PyTorch)")
     args = ap.parse_args()
