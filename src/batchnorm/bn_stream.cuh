@@ -7,13 +7,15 @@
 // BnForwardOp) on what it kept on chip, reading the rest a second time,
 // newest first.
 //
-// Where it runs (bn_persistent.cuh's bn_stream_takes): forwards without the
-// addend (NONE, RELU), 16-bit types, tensors beyond the one-wave kernel's
-// reach (fp16 up to kBnStreamMaxBytes). H100 (bench/NOTES.md, this kernel
-// against the three launches, us): fp16 RELU [128, 64, 56, 56] 66.4 vs 76.6,
-// NONE 64.0 vs 73.4, bf16 RELU 66.0 vs 81.3; ncu there: 53.7 MB read from
-// DRAM (x is 51.4 MB: read once), but 16 warps per SM (128 registers) leave
-// it latency-bound at 1.4 TB/s. At 205 and 411 MB (fp16 RELU) it ties the
+// Where it runs (bn_persistent.cuh's bn_stream_takes, and shape_bn_stream
+// below: a grid of two blocks per SM with 12 packs per thread or more, from
+// ~6.5M elements on 132 SMs): forwards without the addend (NONE, RELU),
+// 16-bit types, tensors beyond the one-wave kernel's reach (fp16 up to
+// kBnStreamMaxBytes). H100 (bench/NOTES.md, this kernel against the three
+// launches, us): fp16 RELU [128, 64, 56, 56] 66.4 vs 76.6, NONE 64.0 vs
+// 73.4, bf16 RELU 66.0 vs 81.3; ncu there: 53.7 MB read from DRAM (x is
+// 51.4 MB: read once), but 16 warps per SM (128 registers) leave it
+// latency-bound at 1.4 TB/s. At 205 and 411 MB (fp16 RELU) it ties the
 // three launches (251.9 vs 249.0, 469.7 vs 473.7); with ADD_RELU (z read in
 // the second pass) it lost (323.6 vs 299.5). The same scheme for the
 // backward (x and dy kept) lost everywhere, 0.65x to 0.98x of the three
@@ -385,12 +387,15 @@ cudaError_t shape_bn_stream(const BnPersistParams &p, bool gather_all, const Dev
   const int64_t slabs = ceil_div(p.shape.elements() / PACK, int64_t{kBnThreads});
   constexpr int KR = kBnStreamKR;
   constexpr size_t kSlotBytes = kBnThreads * sizeof(typename BnVec<T, PACK>::Raw);
-  // Blocks: at most what is co-resident at kBnStreamBlocksPerSm (and what
-  // the workspace holds); at least KR packs per thread (fewer blocks, fewer
-  // partials to add) where the tensor is that small.
-  const int64_t most = std::min<int64_t>(p.max_blocks, int64_t{kBnStreamBlocksPerSm} * ctx.dev.sm_count);
-  if (most < 1) return cudaSuccess;
-  int64_t spb = std::max<int64_t>(ceil_div(slabs, most), KR);
+  // Blocks: kBnStreamBlocksPerSm per SM, each thread with at least KR
+  // packs. A tensor too small for that grid (or a workspace with fewer
+  // partial rows: C > 1024 at 16 bytes per pack) is left to the other paths:
+  // the one shape measured with fewer blocks than SMs ran slower than the
+  // three launches (H100, fp16 RELU [128, 512, 7, 7], 131 blocks: 23.0 us
+  // against 20.0); every measured win ran 262-264 blocks.
+  const int64_t full = int64_t{kBnStreamBlocksPerSm} * ctx.dev.sm_count;
+  if (full < 1 || p.max_blocks < full || ceil_div(slabs, full) < KR) return cudaSuccess;
+  int64_t spb = ceil_div(slabs, full);
   const int64_t blocks = ceil_div(slabs, spb);
   spb = ceil_div(slabs, blocks);  // even out the blocks' shares
   const bool gather = (gather_all || blocks * C <= kBnGatherMax) && C <= kBnThreads;
