@@ -321,9 +321,9 @@ bool bn_stream_takes(const BnPersistParams &p) {
 
 // The one-launch shape of a training pass (the plan's, bn_native.cpp): the
 // one-wave kernel where the tensor fits it (faster than the streaming kernel
-// there: 26.6 vs 37.6 us at [128, 256, 14, 14], 20.0 vs 23.0 at
-// [128, 512, 7, 7], fp16 RELU, H100), else the streaming kernel where
-// bn_stream_takes, else none (the three launches).
+// there: 26.6 vs 37.6 us at [128, 256, 14, 14], fp16 RELU, H100), else the
+// streaming kernel where bn_stream_takes and its grid is full
+// (shape_bn_stream), else none (the three launches).
 template <typename T, int PACK, bool BWD>
 cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
                                 BnPersistShape *s) {
