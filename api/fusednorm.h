@@ -24,6 +24,18 @@
  *    process. Checked mode (FNORM_CHECK_POINTERS, see fnorm_create) verifies
  *    every pointer first.
  *  - Handles and descriptors are opaque; destroy functions accept NULL.
+ *  - Run-time dependencies: libfusednorm links only the CUDA runtime
+ *    (libcudart). cuBLASLt (the fully-connected layer), cuDNN (the BatchNorm
+ *    cuDNN engine) and NCCL (SyncBatchNorm) are opened on first use: a copy
+ *    already loaded in the process is used first (for NCCL, the one the
+ *    caller's communicator came from), else the soname of the major version
+ *    the library was built against (libcublasLt.so.13, libcudnn.so.9,
+ *    libnccl.so.2 for CUDA 13) through the loader's search path. An op whose
+ *    library cannot be opened returns FNORM_STATUS_NOT_SUPPORTED_BUILD with a
+ *    message naming the library; every other op works without it.
+ *  - A launch on a GPU this build has no code for (see the meson option
+ *    gpu_archs) returns FNORM_STATUS_NOT_SUPPORTED_BUILD with a message
+ *    naming the device's compute capability and the architectures built.
  *
  * This header includes no CUDA header: `fnorm_stream_t` is the type that
  * `cudaStream_t` and `CUstream` point to, so either converts implicitly.
@@ -68,7 +80,9 @@ typedef enum fnorm_status {
   FNORM_STATUS_INSUFFICIENT_WORKSPACE = 1003,  /* workspace_bytes < the size query */
 
   FNORM_STATUS_NOT_SUPPORTED = 2000,           /* valid, but not implemented here */
-  FNORM_STATUS_NOT_SUPPORTED_BUILD = 2001,     /* left out of this build */
+  FNORM_STATUS_NOT_SUPPORTED_BUILD = 2001,     /* left out of this build, no code for
+                                                  this GPU, or a library it needs
+                                                  (cuBLASLt, cuDNN, NCCL) is missing */
 
   FNORM_STATUS_INTERNAL_ERROR = 3000,          /* a bug in the library: report it */
   FNORM_STATUS_ALLOC_FAILED = 3001,            /* host memory allocation failed */
