@@ -1,6 +1,7 @@
 /* libfusednorm version: the single source of truth.
- * meson.build reads these three macros (cc.get_define) for the project
- * version and the soversion; fnorm_get_version() returns FNORM_VERSION. */
+ * meson.build's project() takes its version from these three lines (through
+ * scripts/version.py), and the soversion from the major; so do the Python
+ * wheel's metadata; fnorm_get_version() returns FNORM_VERSION. */
 #ifndef FUSEDNORM_VERSION_H
 #define FUSEDNORM_VERSION_H
 
