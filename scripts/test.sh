@@ -95,7 +95,9 @@ if [ "${FNORM_SANITIZE:-1}" != 0 ]; then
     # clang does not exploit that without -fstrict-enums. nvcc links the
     # tests whose objects include CUDA code: -ccbin=clang++ makes that link
     # use clang's sanitizer runtimes (the .cu files compile as usual).
-    san_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
+    # One arch: the sanitizers check host code; the kernels are the main
+    # build's (default archs), and each arch would add its compile time.
+    san_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true -Dgpu_archs=90
               "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize=enum" "-Dc_args=-fno-sanitize=enum"
               "-Dcuda_link_args=-ccbin=clang++")
     if [ -f "$san/build.ninja" ]; then
