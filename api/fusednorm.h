@@ -1,4 +1,5 @@
-/* libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
+/** @file
+ * libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
  *
  * Conventions (every function below follows them):
  *  - Every fallible call returns fnorm_status_t; outputs go through trailing
@@ -111,8 +112,11 @@ typedef enum fnorm_norm_mode {
 /** Largest tensor rank a descriptor holds. */
 #define FNORM_MAX_RANK 8
 
+/** A library context bound to one CUDA device (fnorm_create). */
 typedef struct fnorm_handle *fnorm_handle_t;
+/** A tensor's element type, sizes and strides (fnorm_tensor_desc_create). */
 typedef struct fnorm_tensor_desc *fnorm_tensor_desc_t;
+/** Which normalization LayerNorm / RMSNorm calls compute (fnorm_norm_desc_create). */
 typedef struct fnorm_norm_desc *fnorm_norm_desc_t;
 
 /* ------------------------------------------------------------------------ */
@@ -391,6 +395,8 @@ typedef enum fnorm_bn_engine {
   FNORM_BN_ENGINE_CUDNN = 2
 } fnorm_bn_engine_t;
 
+/** A BatchNorm's epilogue, epsilon, running-statistics rule, engine and
+ *  communicator (fnorm_batchnorm_desc_create). */
 typedef struct fnorm_batchnorm_desc *fnorm_batchnorm_desc_t;
 
 /** Create a BatchNorm descriptor with defaults: epilogue NONE, epsilon 1e-5,
@@ -631,6 +637,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
  * NOT_SUPPORTED says so: never a wrong answer. Only the aux buffer and the
  * workspace have rules of their own (below). */
 
+/** A fully-connected layer's epilogue, weight layout and flags (fnorm_linear_desc_create). */
 typedef struct fnorm_linear_desc *fnorm_linear_desc_t;
 
 /** What follows the GEMM. Values are explicit and never renumbered. */
