@@ -25,7 +25,10 @@ t=$(date +%s)
   || { tail -20 "$out/configure.log"; exit 1; }
 ninja -C "$b" > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
 echo "library build: $(( $(date +%s) - t )) s"
-export FNORM_LIB=$b/src/libfusednorm.so TORCH_EXTENSIONS_DIR=$b/torch_extensions PYTHONUNBUFFERED=1
+export FNORM_LIB=$b/src/libfusednorm.so PYTHONUNBUFFERED=1
+# The ops: compiled by the Meson build above (PyTorch is importable here).
+FNORM_TORCH_OPS=$(ls "$b"/bindings/python/fusednorm/fusednorm_torch_ops*.so 2>/dev/null | head -1)
+export FNORM_TORCH_OPS
 t=$(date +%s)
 python3 -c "import sys; sys.path.insert(0, 'bindings/python'); import fusednorm.torch as ft; \
 print('ops available:', ft.ops_available(), ft.ops_unavailable_reason())" 2>&1 | tail -3
