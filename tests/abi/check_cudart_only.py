@@ -60,8 +60,12 @@ def main():
         ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
         cache = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout if os.path.exists(ldconfig) else ""
         m = re.search(r"\blibcuda\.so\.1 \(libc6,x86-64\) => (\S+)", cache)
-        if m:
-            os.symlink(os.path.realpath(m.group(1)), os.path.join(d, "libcuda.so.1"))
+        driver = m.group(1) if m else None
+        for p in os.environ.get("LD_LIBRARY_PATH", "").split(":"):  # containers put it there
+            if driver is None and p and os.path.exists(os.path.join(p, "libcuda.so.1")):
+                driver = os.path.join(p, "libcuda.so.1")
+        if driver:
+            os.symlink(os.path.realpath(driver), os.path.join(d, "libcuda.so.1"))
         interp = elf_field(["-l"], r"program interpreter: (\S+?)\]", program)[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
         env["LD_DEBUG"] = "files"
