@@ -106,7 +106,8 @@ FNORM_API const char *fnorm_get_error_string(fnorm_status_t status) {
     case FNORM_STATUS_NOT_SUPPORTED:
       return "FNORM_STATUS_NOT_SUPPORTED: a valid case this library does not implement";
     case FNORM_STATUS_NOT_SUPPORTED_BUILD:
-      return "FNORM_STATUS_NOT_SUPPORTED_BUILD: this case was left out of this build";
+      return "FNORM_STATUS_NOT_SUPPORTED_BUILD: left out of this build, no code for this GPU, or a library it needs "
+             "is missing";
     case FNORM_STATUS_INTERNAL_ERROR:
       return "FNORM_STATUS_INTERNAL_ERROR: internal library error";
     case FNORM_STATUS_ALLOC_FAILED:
