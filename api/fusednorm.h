@@ -1,4 +1,5 @@
-/* libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
+/** @file
+ * libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
  *
  * Conventions (every function below follows them):
  *  - Every fallible call returns fnorm_status_t; outputs go through trailing
@@ -42,6 +43,18 @@
  *    flags, and the alignment class of the pointers) on a handle, on a
  *    thread, plans it; later launches on that thread reuse the plan without
  *    planning or taking a lock.
+ *  - Run-time dependencies: libfusednorm links only the CUDA runtime
+ *    (libcudart). cuBLASLt (the fully-connected layer), cuDNN (the BatchNorm
+ *    cuDNN engine) and NCCL (SyncBatchNorm) are opened on first use: a copy
+ *    already loaded in the process is used first (for NCCL, the one the
+ *    caller's communicator came from), else the soname of the major version
+ *    the library was built against (libcublasLt.so.13, libcudnn.so.9,
+ *    libnccl.so.2 for CUDA 13) through the loader's search path. An op whose
+ *    library cannot be opened returns FNORM_STATUS_NOT_SUPPORTED_BUILD with a
+ *    message naming the library; every other op works without it.
+ *  - A launch on a GPU this build has no code for (see the meson option
+ *    gpu_archs) returns FNORM_STATUS_NOT_SUPPORTED_BUILD with a message
+ *    naming the device's compute capability and the architectures built.
  *
  * This header includes no CUDA header: `fnorm_stream_t` is the type that
  * `cudaStream_t` and `CUstream` point to, so either converts implicitly.
@@ -86,7 +99,9 @@ typedef enum fnorm_status {
   FNORM_STATUS_INSUFFICIENT_WORKSPACE = 1003,  /* workspace_bytes < the size query */
 
   FNORM_STATUS_NOT_SUPPORTED = 2000,           /* valid, but not implemented here */
-  FNORM_STATUS_NOT_SUPPORTED_BUILD = 2001,     /* left out of this build */
+  FNORM_STATUS_NOT_SUPPORTED_BUILD = 2001,     /* left out of this build, no code for
+                                                  this GPU, or a library it needs
+                                                  (cuBLASLt, cuDNN, NCCL) is missing */
 
   FNORM_STATUS_INTERNAL_ERROR = 3000,          /* a bug in the library: report it */
   FNORM_STATUS_ALLOC_FAILED = 3001,            /* host memory allocation failed */
@@ -115,8 +130,11 @@ typedef enum fnorm_norm_mode {
 /** Largest tensor rank a descriptor holds. */
 #define FNORM_MAX_RANK 8
 
+/** A library context bound to one CUDA device (fnorm_create). */
 typedef struct fnorm_handle *fnorm_handle_t;
+/** A tensor's element type, sizes and strides (fnorm_tensor_desc_create). */
 typedef struct fnorm_tensor_desc *fnorm_tensor_desc_t;
+/** Which normalization LayerNorm / RMSNorm calls compute (fnorm_norm_desc_create). */
 typedef struct fnorm_norm_desc *fnorm_norm_desc_t;
 
 /* ------------------------------------------------------------------------ */
@@ -406,6 +424,8 @@ typedef enum fnorm_bn_engine {
   FNORM_BN_ENGINE_CUDNN = 2
 } fnorm_bn_engine_t;
 
+/** A BatchNorm's epilogue, epsilon, running-statistics rule, engine and
+ *  communicator (fnorm_batchnorm_desc_create). */
 typedef struct fnorm_batchnorm_desc *fnorm_batchnorm_desc_t;
 
 /** Create a BatchNorm descriptor with defaults: epilogue NONE, epsilon 1e-5,
@@ -660,6 +680,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
  * NOT_SUPPORTED says so: never a wrong answer. Only the aux buffer and the
  * workspace have rules of their own (below). */
 
+/** A fully-connected layer's epilogue, weight layout and flags (fnorm_linear_desc_create). */
 typedef struct fnorm_linear_desc *fnorm_linear_desc_t;
 
 /** What follows the GEMM. Values are explicit and never renumbered. */

@@ -58,7 +58,10 @@ int main(void) {
   double max_err = 0.0;
   int i, r;
 
-  printf("libfusednorm %u\n", fnorm_get_version());
+  {
+    const unsigned v = fnorm_get_version(); /* major * 10000 + minor * 100 + patch */
+    printf("libfusednorm %u.%u.%u\n", v / 10000, v / 100 % 100, v % 100);
+  }
   {
     fnorm_status_t st = fnorm_create(&handle);
     if (st == FNORM_STATUS_NO_DEVICE) {

@@ -10,6 +10,12 @@
 # (default 30). clang and libFuzzer are installed from Debian's packages when
 # missing. FNORM_SANITIZE=0 leaves that build out.
 #
+# Then packaging (scripts/check-packaging.sh): `pip wheel .` and
+# `pip install .` through meson-python, the wheel's contents, and importing
+# the installed package with no environment variable. FNORM_PACKAGING=0
+# leaves it out. Doxygen (the api-reference test) is installed from Debian's
+# packages when missing, as clang is for the sanitizer build.
+#
 # The closing lines give 'N passed, N failed, N skipped' per build, and the
 # last line the overall count.
 # Usage: scripts/test.sh [BUILD_DIR] [extra meson test args for the main build...]
@@ -20,6 +26,13 @@ export PATH
 build=${1:-$root/build}
 shift || true
 start=$(date +%s)
+if ! command -v doxygen >/dev/null 2>&1; then
+  echo "test: doxygen missing (the API reference test); installing it from Debian" >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        doxygen; } >&2 || true
+  fi
+fi
 if [ -f "$build/build.ninja" ]; then
   meson setup --reconfigure "$build" "$root" >/dev/null
 else
@@ -59,6 +72,19 @@ PY
 }
 summarize "tests ($(basename "$build"))" "$build/meson-logs/testlog.json"
 
+# ---- packaging: the wheel and pip install ----------------------------------
+pkg_rc=0
+if [ "${FNORM_PACKAGING:-1}" != 0 ]; then
+  pstart=$(date +%s)
+  set +e
+  mkdir -p "$build-packaging"
+  "$root/scripts/check-packaging.sh" "$build-packaging" | tee "$build-packaging/check.log"
+  pkg_rc=${PIPESTATUS[0]}
+  set -e
+  echo "packaging: $(( $(date +%s) - pstart )) s"
+  sed -n 's/^packaging: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2 0/p' "$build-packaging/check.log" >> "$counts_file"
+fi
+
 # ---- the sanitizer + fuzzing build ------------------------------------------
 san_rc=0
 if [ "${FNORM_SANITIZE:-1}" != 0 ]; then
@@ -95,7 +121,9 @@ if [ "${FNORM_SANITIZE:-1}" != 0 ]; then
     # clang does not exploit that without -fstrict-enums. nvcc links the
     # tests whose objects include CUDA code: -ccbin=clang++ makes that link
     # use clang's sanitizer runtimes (the .cu files compile as usual).
-    san_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
+    # One arch: the sanitizers check host code; the kernels are the main
+    # build's (default archs), and each arch would add its compile time.
+    san_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true -Dgpu_archs=90
               "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize=enum" "-Dc_args=-fno-sanitize=enum"
               "-Dcuda_link_args=-ccbin=clang++")
     if [ -f "$san/build.ninja" ]; then
@@ -147,4 +175,5 @@ fi
 # The overall line, last.
 awk '{p += $1; f += $2; s += $3} END {printf "tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$counts_file"
 [ $rc -ne 0 ] && exit $rc
+[ $pkg_rc -ne 0 ] && exit $pkg_rc
 exit $san_rc

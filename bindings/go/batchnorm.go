@@ -6,7 +6,6 @@ package fusednorm
 import "C"
 
 import (
-	"runtime"
 	"unsafe"
 )
 
@@ -49,22 +48,23 @@ const (
 // Defaults: no epilogue, epsilon 1e-5, exponential averaging with momentum
 // 0.1, engine Auto, no communicator.
 type BatchNormDesc struct {
-	object
-	d       C.fnorm_batchnorm_desc_t
-	cleanup runtime.Cleanup
+	cdesc[C.fnorm_batchnorm_desc_t]
 }
 
 // NewBatchNormDesc creates a BatchNorm descriptor with the defaults
 // (fnorm_batchnorm_desc_create).
 func NewBatchNormDesc() (*BatchNormDesc, error) {
-	var d C.fnorm_batchnorm_desc_t
-	var msg *C.char
-	if err := check("fnorm_batchnorm_desc_create", C.gofn_batchnorm_desc_create(&d, &msg), msg); err != nil {
+	bd := &BatchNormDesc{}
+	err := openDesc(bd, &bd.cdesc, "BatchNorm descriptor",
+		"fnorm_batchnorm_desc_create", func(d *C.fnorm_batchnorm_desc_t, m **C.char) C.fnorm_status_t {
+			return C.gofn_batchnorm_desc_create(d, m)
+		},
+		"fnorm_batchnorm_desc_destroy", func(d C.fnorm_batchnorm_desc_t, m **C.char) C.fnorm_status_t {
+			return C.gofn_batchnorm_desc_destroy(d, m)
+		})
+	if err != nil {
 		return nil, err
 	}
-	bd := &BatchNormDesc{d: d}
-	bd.init()
-	bd.cleanup = runtime.AddCleanup(bd, func(d C.fnorm_batchnorm_desc_t) { C.gofn_batchnorm_desc_destroy(d, nil) }, d)
 	return bd, nil
 }
 
@@ -84,26 +84,14 @@ func NewBatchNorm(epilogue BNEpilogue, epsilon float64, average BNAverage, momen
 // Close destroys the descriptor (fnorm_batchnorm_desc_destroy); twice is a
 // no-op. An attached communicator is the caller's and is not touched.
 func (b *BatchNormDesc) Close() error {
-	if b == nil {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.d == nil {
-		return nil
-	}
-	b.cleanup.Stop()
-	var msg *C.char
-	err := check("fnorm_batchnorm_desc_destroy", C.gofn_batchnorm_desc_destroy(b.d, &msg), msg)
-	b.d = nil
-	return err
+	return b.base().close()
 }
 
 // Set sets the epilogue, epsilon, averaging and momentum
 // (fnorm_batchnorm_desc_set); the engine and communicator are kept.
 func (b *BatchNormDesc) Set(epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64) error {
 	const op = "fnorm_batchnorm_desc_set"
-	d, unlock, err := b.lockWrite(op)
+	d, unlock, err := b.base().lockWrite(op)
 	if err != nil {
 		return err
 	}
@@ -116,12 +104,11 @@ func (b *BatchNormDesc) Set(epilogue BNEpilogue, epsilon float64, average BNAver
 // Get reads the descriptor back (fnorm_batchnorm_desc_get).
 func (b *BatchNormDesc) Get() (epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64, err error) {
 	const op = "fnorm_batchnorm_desc_get"
-	unlock := rlock(b.obj())
-	defer unlock()
-	d, err := b.ptr(op, "desc")
+	d, unlock, err := b.base().lockRead(op)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
+	defer unlock()
 	var ep C.fnorm_bn_epilogue_t
 	var av C.fnorm_bn_average_t
 	var eps, mom C.double
@@ -133,7 +120,7 @@ func (b *BatchNormDesc) Get() (epilogue BNEpilogue, epsilon float64, average BNA
 // SetEngine chooses the engine (fnorm_batchnorm_desc_set_engine).
 func (b *BatchNormDesc) SetEngine(engine BNEngine) error {
 	const op = "fnorm_batchnorm_desc_set_engine"
-	d, unlock, err := b.lockWrite(op)
+	d, unlock, err := b.base().lockWrite(op)
 	if err != nil {
 		return err
 	}
@@ -145,12 +132,11 @@ func (b *BatchNormDesc) SetEngine(engine BNEngine) error {
 // Engine reads the engine (fnorm_batchnorm_desc_get_engine).
 func (b *BatchNormDesc) Engine() (BNEngine, error) {
 	const op = "fnorm_batchnorm_desc_get_engine"
-	unlock := rlock(b.obj())
-	defer unlock()
-	d, err := b.ptr(op, "desc")
+	d, unlock, err := b.base().lockRead(op)
 	if err != nil {
 		return 0, err
 	}
+	defer unlock()
 	var e C.fnorm_bn_engine_t
 	var msg *C.char
 	err = check(op, C.gofn_batchnorm_desc_get_engine(d, &e, &msg), msg)
@@ -164,7 +150,7 @@ func (b *BatchNormDesc) Engine() (BNEngine, error) {
 // it: keep it alive while the descriptor uses it. Never pass a Go pointer.
 func (b *BatchNormDesc) SetComm(comm unsafe.Pointer, flags BNSyncFlag) error {
 	const op = "fnorm_batchnorm_desc_set_comm"
-	d, unlock, err := b.lockWrite(op)
+	d, unlock, err := b.base().lockWrite(op)
 	if err != nil {
 		return err
 	}
@@ -177,12 +163,11 @@ func (b *BatchNormDesc) SetComm(comm unsafe.Pointer, flags BNSyncFlag) error {
 // (fnorm_batchnorm_desc_get_comm).
 func (b *BatchNormDesc) Comm() (unsafe.Pointer, BNSyncFlag, error) {
 	const op = "fnorm_batchnorm_desc_get_comm"
-	unlock := rlock(b.obj())
-	defer unlock()
-	d, err := b.ptr(op, "desc")
+	d, unlock, err := b.base().lockRead(op)
 	if err != nil {
 		return nil, 0, err
 	}
+	defer unlock()
 	var c *C.struct_ncclComm
 	var f C.uint32_t
 	var msg *C.char
@@ -190,39 +175,17 @@ func (b *BatchNormDesc) Comm() (unsafe.Pointer, BNSyncFlag, error) {
 	return unsafe.Pointer(c), BNSyncFlag(f), err
 }
 
-func (b *BatchNormDesc) obj() *object {
+func (b *BatchNormDesc) base() *cdesc[C.fnorm_batchnorm_desc_t] {
 	if b == nil {
 		return nil
 	}
-	return &b.object
+	return &b.cdesc
 }
 
-func (b *BatchNormDesc) ptr(op, arg string) (C.fnorm_batchnorm_desc_t, error) {
-	if b == nil {
-		return nil, nil
-	}
-	if b.d == nil {
-		return nil, goError(op, StatusBadParam, "%s: BatchNorm descriptor was closed", arg)
-	}
-	return b.d, nil
-}
-
-func (b *BatchNormDesc) lockWrite(op string) (C.fnorm_batchnorm_desc_t, func(), error) {
-	if b == nil {
-		return nil, nil, goError(op, StatusBadParamNullPointer, "desc is nil")
-	}
-	b.mu.Lock()
-	if b.d == nil {
-		b.mu.Unlock()
-		return nil, nil, goError(op, StatusBadParam, "desc was closed")
-	}
-	return b.d, b.mu.Unlock, nil
-}
+func (b *BatchNormDesc) obj() *object { return b.base().obj() }
 
 func (e *argErr) bn(b *BatchNormDesc, op, arg string) C.fnorm_batchnorm_desc_t {
-	p, err := b.ptr(op, arg)
-	e.set(err)
-	return p
+	return descArg(e, b.base(), op, arg)
 }
 
 type bnSizeFn func(C.fnorm_handle_t, C.fnorm_batchnorm_desc_t, C.fnorm_tensor_desc_t, *C.size_t, **C.char) C.fnorm_status_t

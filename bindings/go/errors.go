@@ -102,7 +102,9 @@ var (
 	ErrNullPointer           = sentinel(StatusBadParamNullPointer)
 	ErrShape                 = sentinel(StatusBadParamShape)
 	ErrInsufficientWorkspace = sentinel(StatusInsufficientWorkspace)
-	ErrNotSupportedBuild     = sentinel(StatusNotSupportedBuild)
+	// Left out of this build, no code for this GPU, or a library the op
+	// needs (cuBLASLt, cuDNN, NCCL) is missing at run time: the message says which.
+	ErrNotSupportedBuild = sentinel(StatusNotSupportedBuild)
 )
 
 // statusName is the status's enumerator name ("FNORM_STATUS_BAD_PARAM"),

@@ -1,3 +1,3 @@
-module fusednorm
+module github.com/libfusednorm/libfusednorm/bindings/go
 
 go 1.24

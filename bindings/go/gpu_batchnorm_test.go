@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"fusednorm"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
 )
 
 // bnLayout maps the logical index (n, c, p) of [N, C, P] (P the spatial

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"fusednorm"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
 )
 
 func geluTanh(z float64) float64 {

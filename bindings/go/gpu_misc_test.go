@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"fusednorm"
-	"fusednorm/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
 )
 
 // Launches the library refuses: each comes back as *Error with the right

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"fusednorm"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
 )
 
 // gather takes the rows x cols values of a tensor whose rows are ld apart.

@@ -11,9 +11,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"fusednorm"
-	"fusednorm/devmem"
-	"fusednorm/half"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go/half"
 )
 
 // gpu returns a handle, or skips the test (with the reason) without a device.

@@ -5,8 +5,6 @@ package fusednorm
 */
 import "C"
 
-import "runtime"
-
 // LinearEpilogue is what follows the GEMM (fnorm_linear_epilogue_t).
 type LinearEpilogue int32
 
@@ -36,22 +34,19 @@ const (
 // LinearDesc configures the fully-connected layer (fnorm_linear_desc_t).
 // Defaults: no epilogue, WEIGHT_KN, no flags.
 type LinearDesc struct {
-	object
-	d       C.fnorm_linear_desc_t
-	cleanup runtime.Cleanup
+	cdesc[C.fnorm_linear_desc_t]
 }
 
 // NewLinearDesc creates a linear descriptor with the defaults
 // (fnorm_linear_desc_create); ErrNotSupportedBuild without cuBLASLt.
 func NewLinearDesc() (*LinearDesc, error) {
-	var d C.fnorm_linear_desc_t
-	var msg *C.char
-	if err := check("fnorm_linear_desc_create", C.gofn_linear_desc_create(&d, &msg), msg); err != nil {
+	ld := &LinearDesc{}
+	err := openDesc(ld, &ld.cdesc, "linear descriptor",
+		"fnorm_linear_desc_create", func(d *C.fnorm_linear_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_linear_desc_create(d, m) },
+		"fnorm_linear_desc_destroy", func(d C.fnorm_linear_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_linear_desc_destroy(d, m) })
+	if err != nil {
 		return nil, err
 	}
-	ld := &LinearDesc{d: d}
-	ld.init()
-	ld.cleanup = runtime.AddCleanup(ld, func(d C.fnorm_linear_desc_t) { C.gofn_linear_desc_destroy(d, nil) }, d)
 	return ld, nil
 }
 
@@ -70,46 +65,30 @@ func NewLinear(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearF
 
 // Close destroys the descriptor (fnorm_linear_desc_destroy); twice is a no-op.
 func (l *LinearDesc) Close() error {
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.d == nil {
-		return nil
-	}
-	l.cleanup.Stop()
-	var msg *C.char
-	err := check("fnorm_linear_desc_destroy", C.gofn_linear_desc_destroy(l.d, &msg), msg)
-	l.d = nil
-	return err
+	return l.base().close()
 }
 
 // Set sets the epilogue, the weight layout and the flags (fnorm_linear_desc_set).
 func (l *LinearDesc) Set(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag) error {
 	const op = "fnorm_linear_desc_set"
-	if l == nil {
-		return goError(op, StatusBadParamNullPointer, "desc is nil")
+	d, unlock, err := l.base().lockWrite(op)
+	if err != nil {
+		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.d == nil {
-		return goError(op, StatusBadParam, "desc was closed")
-	}
+	defer unlock()
 	var msg *C.char
-	return check(op, C.gofn_linear_desc_set(l.d, C.fnorm_linear_epilogue_t(epilogue),
+	return check(op, C.gofn_linear_desc_set(d, C.fnorm_linear_epilogue_t(epilogue),
 		C.fnorm_linear_weight_layout_t(layout), C.uint32_t(flags), &msg), msg)
 }
 
 // Get reads the descriptor back (fnorm_linear_desc_get).
 func (l *LinearDesc) Get() (epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag, err error) {
 	const op = "fnorm_linear_desc_get"
-	unlock := rlock(l.obj())
-	defer unlock()
-	d, err := l.ptr(op, "desc")
+	d, unlock, err := l.base().lockRead(op)
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	defer unlock()
 	var ep C.fnorm_linear_epilogue_t
 	var lay C.fnorm_linear_weight_layout_t
 	var f C.uint32_t
@@ -118,27 +97,17 @@ func (l *LinearDesc) Get() (epilogue LinearEpilogue, layout LinearWeightLayout, 
 	return LinearEpilogue(ep), LinearWeightLayout(lay), LinearFlag(f), err
 }
 
-func (l *LinearDesc) obj() *object {
+func (l *LinearDesc) base() *cdesc[C.fnorm_linear_desc_t] {
 	if l == nil {
 		return nil
 	}
-	return &l.object
+	return &l.cdesc
 }
 
-func (l *LinearDesc) ptr(op, arg string) (C.fnorm_linear_desc_t, error) {
-	if l == nil {
-		return nil, nil
-	}
-	if l.d == nil {
-		return nil, goError(op, StatusBadParam, "%s: linear descriptor was closed", arg)
-	}
-	return l.d, nil
-}
+func (l *LinearDesc) obj() *object { return l.base().obj() }
 
 func (e *argErr) linear(l *LinearDesc, op, arg string) C.fnorm_linear_desc_t {
-	p, err := l.ptr(op, arg)
-	e.set(err)
-	return p
+	return descArg(e, l.base(), op, arg)
 }
 
 // LinearAuxSize is the bytes of the aux buffer a training forward writes

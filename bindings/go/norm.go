@@ -5,8 +5,6 @@ package fusednorm
 */
 import "C"
 
-import "runtime"
-
 // NormMode is LayerNorm or RMSNorm (fnorm_norm_mode_t).
 type NormMode int32
 
@@ -27,22 +25,19 @@ const (
 // NormDesc says which normalization to compute (fnorm_norm_desc_t).
 // Defaults: LayerNorm over the last dimension, epsilon 1e-5, no flags.
 type NormDesc struct {
-	object
-	d       C.fnorm_norm_desc_t
-	cleanup runtime.Cleanup
+	cdesc[C.fnorm_norm_desc_t]
 }
 
 // NewNormDesc creates a normalization descriptor with the defaults
 // (fnorm_norm_desc_create).
 func NewNormDesc() (*NormDesc, error) {
-	var d C.fnorm_norm_desc_t
-	var msg *C.char
-	if err := check("fnorm_norm_desc_create", C.gofn_norm_desc_create(&d, &msg), msg); err != nil {
+	nd := &NormDesc{}
+	err := openDesc(nd, &nd.cdesc, "normalization descriptor",
+		"fnorm_norm_desc_create", func(d *C.fnorm_norm_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_norm_desc_create(d, m) },
+		"fnorm_norm_desc_destroy", func(d C.fnorm_norm_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_norm_desc_destroy(d, m) })
+	if err != nil {
 		return nil, err
 	}
-	nd := &NormDesc{d: d}
-	nd.init()
-	nd.cleanup = runtime.AddCleanup(nd, func(d C.fnorm_norm_desc_t) { C.gofn_norm_desc_destroy(d, nil) }, d)
 	return nd, nil
 }
 
@@ -61,26 +56,14 @@ func NewNorm(mode NormMode, beginNormAxis int32, epsilon float64) (*NormDesc, er
 
 // Close destroys the descriptor (fnorm_norm_desc_destroy); twice is a no-op.
 func (n *NormDesc) Close() error {
-	if n == nil {
-		return nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.d == nil {
-		return nil
-	}
-	n.cleanup.Stop()
-	var msg *C.char
-	err := check("fnorm_norm_desc_destroy", C.gofn_norm_desc_destroy(n.d, &msg), msg)
-	n.d = nil
-	return err
+	return n.base().close()
 }
 
 // Set sets the mode, the first normalized dimension (negative counts from
 // the end, -1 the last) and epsilon (fnorm_norm_desc_set). Flags are kept.
 func (n *NormDesc) Set(mode NormMode, beginNormAxis int32, epsilon float64) error {
 	const op = "fnorm_norm_desc_set"
-	d, unlock, err := n.lockWrite(op)
+	d, unlock, err := n.base().lockWrite(op)
 	if err != nil {
 		return err
 	}
@@ -92,12 +75,11 @@ func (n *NormDesc) Set(mode NormMode, beginNormAxis int32, epsilon float64) erro
 // Get reads the descriptor back (fnorm_norm_desc_get).
 func (n *NormDesc) Get() (mode NormMode, beginNormAxis int32, epsilon float64, err error) {
 	const op = "fnorm_norm_desc_get"
-	unlock := rlock(n.obj())
-	defer unlock()
-	d, err := n.ptr(op, "desc")
+	d, unlock, err := n.base().lockRead(op)
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	defer unlock()
 	var m C.fnorm_norm_mode_t
 	var ax C.int32_t
 	var eps C.double
@@ -109,7 +91,7 @@ func (n *NormDesc) Get() (mode NormMode, beginNormAxis int32, epsilon float64, e
 // SetFlags replaces the flags (fnorm_norm_desc_set_flags).
 func (n *NormDesc) SetFlags(flags NormFlag) error {
 	const op = "fnorm_norm_desc_set_flags"
-	d, unlock, err := n.lockWrite(op)
+	d, unlock, err := n.base().lockWrite(op)
 	if err != nil {
 		return err
 	}
@@ -121,46 +103,25 @@ func (n *NormDesc) SetFlags(flags NormFlag) error {
 // Flags reads the flags (fnorm_norm_desc_get_flags).
 func (n *NormDesc) Flags() (NormFlag, error) {
 	const op = "fnorm_norm_desc_get_flags"
-	unlock := rlock(n.obj())
-	defer unlock()
-	d, err := n.ptr(op, "desc")
+	d, unlock, err := n.base().lockRead(op)
 	if err != nil {
 		return 0, err
 	}
+	defer unlock()
 	var f C.uint32_t
 	var msg *C.char
 	err = check(op, C.gofn_norm_desc_get_flags(d, &f, &msg), msg)
 	return NormFlag(f), err
 }
 
-func (n *NormDesc) obj() *object {
+func (n *NormDesc) base() *cdesc[C.fnorm_norm_desc_t] {
 	if n == nil {
 		return nil
 	}
-	return &n.object
+	return &n.cdesc
 }
 
-func (n *NormDesc) ptr(op, arg string) (C.fnorm_norm_desc_t, error) {
-	if n == nil {
-		return nil, nil
-	}
-	if n.d == nil {
-		return nil, goError(op, StatusBadParam, "%s: normalization descriptor was closed", arg)
-	}
-	return n.d, nil
-}
-
-func (n *NormDesc) lockWrite(op string) (C.fnorm_norm_desc_t, func(), error) {
-	if n == nil {
-		return nil, nil, goError(op, StatusBadParamNullPointer, "desc is nil")
-	}
-	n.mu.Lock()
-	if n.d == nil {
-		n.mu.Unlock()
-		return nil, nil, goError(op, StatusBadParam, "desc was closed")
-	}
-	return n.d, n.mu.Unlock, nil
-}
+func (n *NormDesc) obj() *object { return n.base().obj() }
 
 // NormFwdWorkspaceSize is the scratch fnorm_norm_fwd needs for these
 // descriptors (fnorm_norm_fwd_workspace_size).
@@ -303,13 +264,9 @@ func (e *argErr) handle(h *Handle, op string) C.fnorm_handle_t {
 }
 
 func (e *argErr) tensor(t *TensorDesc, op, arg string) C.fnorm_tensor_desc_t {
-	p, err := t.ptr(op, arg)
-	e.set(err)
-	return p
+	return descArg(e, t.base(), op, arg)
 }
 
 func (e *argErr) norm(n *NormDesc, op, arg string) C.fnorm_norm_desc_t {
-	p, err := n.ptr(op, arg)
-	e.set(err)
-	return p
+	return descArg(e, n.base(), op, arg)
 }

@@ -21,4 +21,26 @@ go test -count=1 -v ./... 2>&1 | tee "$build/bindings/go/go-test.log"
 rc=${PIPESTATUS[0]}
 # The summary lines, so a skipped GPU part is visible in meson's log.
 grep -E "^(--- SKIP|ok|FAIL|PASS)" "$build/bindings/go/go-test.log" | grep -v "^--- PASS" | tail -40
-exit "$rc"
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# A module outside the tree that imports the binding by its module path; the
+# replace directive only stands in for the module proxy (unpublished).
+mod=$(go list -m)
+ext=$build/bindings/go/outside-module
+rm -rf "$ext" && mkdir -p "$ext" || exit 99
+printf 'module example.com/uses-fusednorm\n\ngo 1.24\n\nrequire %s v0.1.0\n\nreplace %s => %s\n' \
+  "$mod" "$mod" "$root/bindings/go" > "$ext/go.mod"
+printf 'package main\n\nimport (\n\t"fmt"\n\n\tfusednorm "%s"\n)\n\nfunc main() { fmt.Println("libfusednorm", fusednorm.LibraryVersion()) }\n' \
+  "$mod" > "$ext/main.go"
+echo "+ go build of a module outside the tree requiring $mod"
+(cd "$ext" && go build -o uses-fusednorm . && ./uses-fusednorm) || exit 1
+
+# Without cgo the build stops with a message saying what it needs.
+echo "+ CGO_ENABLED=0 go build . (must fail, naming cgo)"
+if out=$(CGO_ENABLED=0 go build . 2>&1) || ! grep -q "fusednorm_needs_cgo" <<<"$out"; then
+  echo "FAIL: CGO_ENABLED=0 did not stop with the cgo message:"
+  echo "$out"
+  exit 1
+fi
+echo "$out" | head -3
+exit 0

@@ -28,12 +28,12 @@ var symbolUsers = map[string]string{
 	"fnorm_destroy":                            "Handle.Close",
 	"fnorm_get_device":                         "Handle.Device",
 	"fnorm_tensor_desc_create":                 "NewTensorDesc",
-	"fnorm_tensor_desc_destroy":                "TensorDesc.Close",
+	"fnorm_tensor_desc_destroy":                "NewTensorDesc", // Close calls the destroy bound here (desc.go)
 	"fnorm_tensor_desc_set":                    "TensorDesc.Set",
 	"fnorm_tensor_desc_get":                    "TensorDesc.Get",
 	"fnorm_tensor_desc_get_elements":           "TensorDesc.Elements",
 	"fnorm_norm_desc_create":                   "NewNormDesc",
-	"fnorm_norm_desc_destroy":                  "NormDesc.Close",
+	"fnorm_norm_desc_destroy":                  "NewNormDesc", // Close calls the destroy bound here (desc.go)
 	"fnorm_norm_desc_set":                      "NormDesc.Set",
 	"fnorm_norm_desc_get":                      "NormDesc.Get",
 	"fnorm_norm_desc_set_flags":                "NormDesc.SetFlags",
@@ -43,7 +43,7 @@ var symbolUsers = map[string]string{
 	"fnorm_norm_bwd_workspace_size":            "Handle.NormBwdWorkspaceSize",
 	"fnorm_norm_bwd":                           "Handle.NormBwd",
 	"fnorm_batchnorm_desc_create":              "NewBatchNormDesc",
-	"fnorm_batchnorm_desc_destroy":             "BatchNormDesc.Close",
+	"fnorm_batchnorm_desc_destroy":             "NewBatchNormDesc", // Close calls the destroy bound here (desc.go)
 	"fnorm_batchnorm_desc_set":                 "BatchNormDesc.Set",
 	"fnorm_batchnorm_desc_get":                 "BatchNormDesc.Get",
 	"fnorm_batchnorm_desc_set_engine":          "BatchNormDesc.SetEngine",
@@ -58,7 +58,7 @@ var symbolUsers = map[string]string{
 	"fnorm_batchnorm_bwd_workspace_size":       "Handle.BatchNormBwdWorkspaceSize",
 	"fnorm_batchnorm_bwd":                      "Handle.BatchNormBwd",
 	"fnorm_linear_desc_create":                 "NewLinearDesc",
-	"fnorm_linear_desc_destroy":                "LinearDesc.Close",
+	"fnorm_linear_desc_destroy":                "NewLinearDesc", // Close calls the destroy bound here (desc.go)
 	"fnorm_linear_desc_set":                    "LinearDesc.Set",
 	"fnorm_linear_desc_get":                    "LinearDesc.Get",
 	"fnorm_linear_aux_size":                    "Handle.LinearAuxSize",

@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"math"
-	"runtime"
 	"strconv"
 )
 
@@ -47,22 +46,19 @@ func (d DType) String() string {
 // TensorDesc describes a tensor: element type, sizes and strides in
 // elements (fnorm_tensor_desc_t).
 type TensorDesc struct {
-	object
-	d       C.fnorm_tensor_desc_t
-	cleanup runtime.Cleanup
+	cdesc[C.fnorm_tensor_desc_t]
 }
 
 // NewTensorDesc creates an empty descriptor (fnorm_tensor_desc_create);
 // needs no device. Set it before use.
 func NewTensorDesc() (*TensorDesc, error) {
-	var d C.fnorm_tensor_desc_t
-	var msg *C.char
-	if err := check("fnorm_tensor_desc_create", C.gofn_tensor_desc_create(&d, &msg), msg); err != nil {
+	td := &TensorDesc{}
+	err := openDesc(td, &td.cdesc, "tensor descriptor",
+		"fnorm_tensor_desc_create", func(d *C.fnorm_tensor_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_tensor_desc_create(d, m) },
+		"fnorm_tensor_desc_destroy", func(d C.fnorm_tensor_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_tensor_desc_destroy(d, m) })
+	if err != nil {
 		return nil, err
 	}
-	td := &TensorDesc{d: d}
-	td.init()
-	td.cleanup = runtime.AddCleanup(td, func(d C.fnorm_tensor_desc_t) { C.gofn_tensor_desc_destroy(d, nil) }, d)
 	return td, nil
 }
 
@@ -83,24 +79,12 @@ func NewTensor(dtype DType, dims, strides []int64) (*TensorDesc, error) {
 // Close destroys the descriptor (fnorm_tensor_desc_destroy). Closing twice
 // is a no-op; a closed descriptor passed to a call is an error.
 func (t *TensorDesc) Close() error {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.d == nil {
-		return nil
-	}
-	t.cleanup.Stop()
-	var msg *C.char
-	err := check("fnorm_tensor_desc_destroy", C.gofn_tensor_desc_destroy(t.d, &msg), msg)
-	t.d = nil
-	return err
+	return t.base().close()
 }
 
 // Set describes the tensor (fnorm_tensor_desc_set): rank len(dims) (1 to
-// MaxRank), each size >= 1, strides in elements (each >= 1), or nil for a
-// packed row-major tensor. On failure the descriptor keeps its contents.
+// MaxRank), each size >= 0 (a size of 0 makes an empty tensor), strides in
+// elements (each >= 1), or nil for a packed row-major tensor. On failure the descriptor keeps its contents.
 func (t *TensorDesc) Set(dtype DType, dims, strides []int64) error {
 	const op = "fnorm_tensor_desc_set"
 	if t == nil {
@@ -112,11 +96,11 @@ func (t *TensorDesc) Set(dtype DType, dims, strides []int64) error {
 	if len(dims) > math.MaxInt32 {
 		return goError(op, StatusBadParam, "rank %d does not fit int32", len(dims))
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.d == nil {
-		return goError(op, StatusBadParam, "desc was closed")
+	d, unlock, err := t.base().lockWrite(op)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	// C reads exactly rank entries of each array; Go memory holding no Go
 	// pointers may be passed for the duration of the call.
 	var dp, sp *C.int64_t
@@ -130,18 +114,17 @@ func (t *TensorDesc) Set(dtype DType, dims, strides []int64) error {
 		sp = (*C.int64_t)(&strides[0])
 	}
 	var msg *C.char
-	return check(op, C.gofn_tensor_desc_set(t.d, C.fnorm_dtype_t(dtype), C.int32_t(len(dims)), dp, sp, &msg), msg)
+	return check(op, C.gofn_tensor_desc_set(d, C.fnorm_dtype_t(dtype), C.int32_t(len(dims)), dp, sp, &msg), msg)
 }
 
 // Get reads the descriptor back (fnorm_tensor_desc_get).
 func (t *TensorDesc) Get() (dtype DType, dims, strides []int64, err error) {
 	const op = "fnorm_tensor_desc_get"
-	unlock := rlock(t.obj())
-	defer unlock()
-	d, err := t.ptr(op, "desc")
+	d, unlock, err := t.base().lockRead(op)
 	if err != nil {
 		return 0, nil, nil, err
 	}
+	defer unlock()
 	var dt C.fnorm_dtype_t
 	var rank C.int32_t
 	var cd, cs [C.FNORM_MAX_RANK]C.int64_t
@@ -161,34 +144,22 @@ func (t *TensorDesc) Get() (dtype DType, dims, strides []int64, err error) {
 // Elements is the number of elements described (fnorm_tensor_desc_get_elements).
 func (t *TensorDesc) Elements() (int64, error) {
 	const op = "fnorm_tensor_desc_get_elements"
-	unlock := rlock(t.obj())
-	defer unlock()
-	d, err := t.ptr(op, "desc")
+	d, unlock, err := t.base().lockRead(op)
 	if err != nil {
 		return 0, err
 	}
+	defer unlock()
 	var n C.int64_t
 	var msg *C.char
 	err = check(op, C.gofn_tensor_desc_get_elements(d, &n, &msg), msg)
 	return int64(n), err
 }
 
-func (t *TensorDesc) obj() *object {
+func (t *TensorDesc) base() *cdesc[C.fnorm_tensor_desc_t] {
 	if t == nil {
 		return nil
 	}
-	return &t.object
+	return &t.cdesc
 }
 
-// ptr is the C descriptor for argument arg (lock held): nil stays NULL
-// (the library decides whether the argument was optional), a closed one is
-// an error.
-func (t *TensorDesc) ptr(op, arg string) (C.fnorm_tensor_desc_t, error) {
-	if t == nil {
-		return nil, nil
-	}
-	if t.d == nil {
-		return nil, goError(op, StatusBadParam, "%s: tensor descriptor was closed", arg)
-	}
-	return t.d, nil
-}
+func (t *TensorDesc) obj() *object { return t.base().obj() }

@@ -12,8 +12,8 @@ import (
 	"slices"
 	"testing"
 
-	"fusednorm"
-	"fusednorm/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
 )
 
 func TestEmptyDescriptor(t *testing.T) {

@@ -2,7 +2,8 @@
 # meson test 'bindings-rust': `cargo test --offline --locked` of the Rust
 # workspace against the library just built (pkg-config module
 # fusednorm-uninstalled from BUILD_DIR/meson-uninstalled), with cargo's
-# target directory inside the build directory. Exit 77 (SKIP) only when no
+# target directory inside the build directory; then `cargo package` of both
+# published crates and their docs built as docs.rs would (DOCS_RS=1). Exit 77 (SKIP) only when no
 # cargo is found: on PATH, $CARGO, $CARGO_HOME/bin, $HOME/.cargo/bin,
 # /root/.cargo/bin.
 # Usage: run-cargo-test.sh SOURCE_ROOT BUILD_ROOT
@@ -28,4 +29,14 @@ echo "$("$cargo" --version) at $cargo; CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
 cd "$src/bindings/rust" || exit 99
 # The declarations must be what the generator makes of today's header.
 python3 gen/rust_sys.py --check || exit 1
-"$cargo" test --offline --locked -- --nocapture 2>&1
+"$cargo" test --offline --locked -- --nocapture 2>&1 || exit 1
+# Publishable: both crates package with nothing from outside their folders
+# (the verify step builds each from its .crate against this build tree), and
+# their docs build as docs.rs does, with DOCS_RS set and no library at all.
+echo "cargo package (fusednorm-sys, fusednorm):"
+"$cargo" package --workspace --exclude fusednorm-testkit --offline --allow-dirty 2>&1 | grep -E "Packaged|Verifying|error|Finished" || exit 1
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+echo "docs as docs.rs builds them (DOCS_RS=1, no libfusednorm to find):"
+env -u PKG_CONFIG_PATH -u FUSEDNORM_LIB_DIR -u LD_LIBRARY_PATH DOCS_RS=1 \
+  "$cargo" doc --offline --locked --no-deps -p fusednorm-sys -p fusednorm 2>&1 | tail -2
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1

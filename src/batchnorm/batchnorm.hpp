@@ -158,7 +158,7 @@ struct BnNativeLaunch {
 const BnNativeLaunch &bn_native_plan(fnorm_handle *h, const BnCall &c);
 // The reduction kind of a shape (bn_plan.cpp).
 BnReduceKind bn_reduce_kind(const BnShape &s);
-void run_native(const BnCall &c, const BnNativeLaunch &plan, cudaStream_t stream);
+void launch_native(const BnCall &c, const BnNativeLaunch &plan, cudaStream_t stream);
 
 // SyncBatchNorm's NCCL calls (bn_nccl.cpp; without NCCL they throw
 // NOT_SUPPORTED_BUILD). The communicator must live on the handle's device.

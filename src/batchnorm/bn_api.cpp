@@ -20,7 +20,7 @@ void launch(fnorm_handle *h, cudaStream_t stream, BnCall &c) {
   }
   const BnNativeLaunch &plan = bn_native_plan(h, c);
   DeviceGuard guard(h->device);
-  run_native(c, plan, stream);
+  launch_native(c, plan, stream);
 }
 
 // A call over no elements (and, with a communicator, no channels): nothing

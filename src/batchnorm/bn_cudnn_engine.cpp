@@ -179,8 +179,6 @@ size_t cudnn_scratch(CudnnState &s, const BnCall &c, Problem &p) {
   return bytes;
 }
 
-constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Workspace: cuDNN's scratch, then four C-float vectors (ones, zeros, and
 // stand-ins for outputs the caller did not ask for).
@@ -190,8 +188,8 @@ struct Layout {
 
 Layout layout_of(CudnnState &s, const BnCall &c, Problem &p) {
   Layout l;
-  l.scratch = align_up(cudnn_scratch(s, c, p));
-  l.vec = align_up(static_cast<size_t>(c.pb.c) * 4);
+  l.scratch = checked_align_up(cudnn_scratch(s, c, p), kRegionAlign, "x_desc");
+  l.vec = checked_align_up(c.pb.vec_bytes, kRegionAlign, "x_desc");
   l.total = l.scratch + 4 * l.vec;
   return l;
 }

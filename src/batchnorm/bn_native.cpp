@@ -254,7 +254,7 @@ const BnNativeLaunch &bn_native_plan(fnorm_handle *h, const BnCall &c) {
   return Cache::insert(h->id, key, hash, plan_launch(h, key));
 }
 
-void run_native(const BnCall &c, const BnNativeLaunch &L, cudaStream_t stream) {
+void launch_native(const BnCall &c, const BnNativeLaunch &L, cudaStream_t stream) {
   const BnProblem &v = c.pb;
   const bool sync = v.sync != 0;
   char *ws = static_cast<char *>(c.workspace);

@@ -9,7 +9,6 @@
 namespace fnorm {
 namespace {
 
-constexpr size_t kAlign = 256;  // every workspace region starts at a multiple of this
 
 // Channels-first runs at least this long get one block per (channel, split);
 // shorter runs are reduced as columns of the [N, C * S] matrix.
@@ -54,12 +53,12 @@ NativePlan plan_native(const BnProblem &v, const DeviceInfo &dev, BnPass pass, b
     const size_t part = checked_align_up(
         checked_mul(checked_mul(static_cast<size_t>(p.max_splits), static_cast<size_t>(p.part_width), arg),
                     sizeof(float), arg),
-        kAlign, arg);
+        kRegionAlign, arg);
     p.off_moment1 = off;
     p.off_moment2 = part;
     off = checked_mul(2, part, arg);
   }
-  const size_t vec = checked_align_up(v.vec_bytes, kAlign, arg);
+  const size_t vec = checked_align_up(v.vec_bytes, kRegionAlign, arg);
   p.off_mean = off;
   p.off_xmu_scale = checked_add(off, vec, arg);
   p.off_shift = checked_add(p.off_xmu_scale, vec, arg);
@@ -68,7 +67,7 @@ NativePlan plan_native(const BnProblem &v, const DeviceInfo &dev, BnPass pass, b
   if (sync && pass != BnPass::FwdInfer) {  // the all-reduced per-channel triples
     p.off_sync = p.total;
     const size_t triples = checked_mul(static_cast<size_t>(s.channels), 3 * sizeof(double), arg);
-    p.total = checked_add(p.total, checked_align_up(triples, kAlign, arg), arg);
+    p.total = checked_add(p.total, checked_align_up(triples, kRegionAlign, arg), arg);
   }
   return p;
 }

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/build_config.hpp"
 #include "core/error.hpp"
 
 namespace fnorm {
@@ -43,6 +44,22 @@ void fail_cuda(cudaError_t err, const char *what) {
   // Clear the error so the caller's next CUDA call does not see it again
   // (sticky errors, e.g. after a device fault, stay sticky regardless).
   (void)cudaGetLastError();
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorUnsupportedPtxVersion) {
+    // The build has no code this GPU (or its driver) can run: say which GPU
+    // and what the build has, as this is a build choice (meson gpu_archs).
+    int device = -1, major = 0, minor = 0;
+    (void)cudaGetDevice(&device);
+    (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    (void)cudaGetLastError();
+    throw Error{FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                format("%s failed: %s (%s): device %d is compute capability %d.%d, and this build of "
+                       "libfusednorm has %s%s; rebuild with meson option gpu_archs including %d%d",
+                       what, cudaGetErrorString(err), cudaGetErrorName(err), device, major, minor,
+                       FNORM_BUILT_ARCHS,
+                       err == cudaErrorUnsupportedPtxVersion ? " (the driver is older than that PTX)" : "",
+                       major, minor)};
+  }
   const fnorm_status_t status =
       (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
        err == cudaErrorInvalidDevice)
@@ -89,7 +106,8 @@ FNORM_API const char *fnorm_get_error_string(fnorm_status_t status) {
     case FNORM_STATUS_NOT_SUPPORTED:
       return "FNORM_STATUS_NOT_SUPPORTED: a valid case this library does not implement";
     case FNORM_STATUS_NOT_SUPPORTED_BUILD:
-      return "FNORM_STATUS_NOT_SUPPORTED_BUILD: this case was left out of this build";
+      return "FNORM_STATUS_NOT_SUPPORTED_BUILD: left out of this build, no code for this GPU, or a library it needs "
+             "is missing";
     case FNORM_STATUS_INTERNAL_ERROR:
       return "FNORM_STATUS_INTERNAL_ERROR: internal library error";
     case FNORM_STATUS_ALLOC_FAILED:

@@ -11,10 +11,10 @@ namespace fnorm {
 namespace {
 
 // The limit is a property of the kernel on the device, shared by every
-// handle in the process: it is recorded process-wide and only ever raised.
-// (Kept per handle, a second handle asking for less lowered it under the
-// first one's cached launches: cudaErrorInvalidValue at launch, H200,
-// 2026-11-22.)
+// handle in the process: it is recorded process-wide and only ever raised,
+// so that a handle asking for less never lowers it under another handle's
+// planned launches (that gave cudaErrorInvalidValue at launch, H200,
+// 2026-11-22).
 cudaError_t open_dynamic_smem(const void *func, size_t smem) {
   static std::mutex mutex;
   static std::map<std::pair<int, const void *>, size_t> opened_to;

@@ -47,8 +47,8 @@ FNORM_API fnorm_status_t fnorm_tensor_desc_set(fnorm_tensor_desc_t desc, fnorm_d
         d.strides[i] = strides[i];
       }
     } else {
-      // Packed row-major; a size-0 dimension strides as a size-1 one, so an
-      // empty tensor's strides are those of the tensor it was sliced from.
+      // Packed row-major; a size-0 dimension strides as a size-1 one (as
+      // PyTorch's contiguous strides do).
       int64_t s = 1;
       for (int32_t i = rank - 1; i >= 0; --i) {
         d.strides[i] = s;

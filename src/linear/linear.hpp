@@ -197,7 +197,7 @@ unsigned char *aligned_workspace(void *ws);
 LinearAct check_producer(const fnorm_linear_desc *prod);
 
 // The pointers of a forward call.
-struct FwdArgs {
+struct LinearFwdArgs {
   const void *x = nullptr, *w = nullptr, *bias = nullptr;
   void *y = nullptr, *aux = nullptr;
   size_t aux_bytes = 0;
@@ -206,7 +206,7 @@ struct FwdArgs {
 };
 
 // The pointers of one backward call.
-struct BwdCall {
+struct LinearBwdArgs {
   LinearProblem p;
   LinearAct act = LinearAct::None;       // desc's activation
   LinearAct prod_act = LinearAct::None;  // x_producer's activation (chained when set)
@@ -222,8 +222,8 @@ struct BwdCall {
 
 // The pointer rules, aux sizes and the overlap rule over all the call's
 // buffers, and checked mode. Throw Error.
-void check_fwd_args(const fnorm_handle *h, const LinearProblem &p, const FwdArgs &a);
-void check_bwd_args(const fnorm_handle *h, const BwdCall &c);
+void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a);
+void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c);
 
 // ---- backward plan (linear_bwd_plan.cpp) -------------------------------------------
 BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count);

@@ -13,7 +13,7 @@ namespace {
 
 // dw (+ db): KN: dw^T (n x k) = dz^T (n x m) * x (m x k), db from A (BGRADA);
 //            NK: dw^T (k x n) = x^T (k x m) * dz (m x n), db from B (BGRADB).
-GemmPlan plan_wgrad(LinearState &s, const Tuning &t, const BwdCall &c, const LinearBuffers &buf, int64_t lddz) {
+GemmPlan plan_wgrad(LinearState &s, const Tuning &t, const LinearBwdArgs &c, const LinearBuffers &buf, int64_t lddz) {
   const LinearProblem &p = c.p;
   const bool kn = p.layout == FNORM_LINEAR_WEIGHT_KN;
   GemmKey kw = key_base(p);
@@ -40,7 +40,7 @@ GemmPlan plan_wgrad(LinearState &s, const Tuning &t, const BwdCall &c, const Lin
 
 // dx: dx^T (k x m) = op(W) (k x n) * dz^T (n x m); with a chained producer,
 // its activation's derivative (and bias gradient) in the epilogue.
-GemmPlan plan_dgrad(LinearState &s, const Tuning &t, const BwdCall &c, const LinearBuffers &buf, int64_t lddz) {
+GemmPlan plan_dgrad(LinearState &s, const Tuning &t, const LinearBwdArgs &c, const LinearBuffers &buf, int64_t lddz) {
   const LinearProblem &p = c.p;
   const bool kn = p.layout == FNORM_LINEAR_WEIGHT_KN;
   GemmKey kx = key_base(p);
@@ -96,17 +96,17 @@ struct BwdKey {
 
 // dz is dy, or (with an activation) formed first in the workspace's
 // 256-byte aligned dz region.
-const void *dz_of(const BwdCall &c, const BwdLayout &layout, unsigned char *ws) {
+const void *dz_of(const LinearBwdArgs &c, const BwdLayout &layout, unsigned char *ws) {
   return c.act != LinearAct::None ? static_cast<const void *>(ws + layout.dz_offset) : c.dy;
 }
 
-BwdPlan plan_bwd(fnorm_handle *h, const BwdCall &c, const LinearBuffers &buf) {
+BwdPlan plan_bwd(fnorm_handle *h, const LinearBwdArgs &c, const LinearBuffers &buf) {
   BwdPlan plan;
   plan.layout = bwd_layout(c.p, c.chained(), h->info.sm_count);
   // n = 1: dx is an outer product and dw a matrix-vector product; one pass
   // of ours (and a short one adding its partial sums) instead of the dz
-  // pass, two GEMMs and the bias-gradient passes: 18.5 us against
-  // autograd's 15.9 at fp16 8192 x 1 x 256 before (H200, 2026-11-22).
+  // pass, two GEMMs and the bias-gradient passes, which took 18.5 us against
+  // autograd's 15.9 at fp16 8192 x 1 x 256 (H200, 2026-11-22).
   plan.n1 = plan.layout.splits_n1 > 0 && !c.chained() && !h->tuning.linear_no_n1;
   if (plan.n1) return plan;
   LinearState &s = state_of(h);
@@ -124,7 +124,7 @@ BwdPlan plan_bwd(fnorm_handle *h, const BwdCall &c, const LinearBuffers &buf) {
 
 // dz (with an activation) in one pass over dy and aux; db's column sums
 // here too when `db_here` (no fused bias gradient).
-void run_dz_and_db(const BwdCall &c, const BwdLayout &layout, unsigned char *ws, bool db_here, cudaStream_t st) {
+void run_dz_and_db(const LinearBwdArgs &c, const BwdLayout &layout, unsigned char *ws, bool db_here, cudaStream_t st) {
   const LinearProblem &p = c.p;
   float *partial = reinterpret_cast<float *>(ws + layout.partial_offset);
   if (c.act != LinearAct::None) {
@@ -144,7 +144,7 @@ void run_dz_and_db(const BwdCall &c, const BwdLayout &layout, unsigned char *ws,
 
 // The producer's derivative (and bias gradient) over dx in place, where the
 // dgrad GEMM could not fuse it.
-void run_producer_epilogue(const BwdCall &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
+void run_producer_epilogue(const LinearBwdArgs &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
   const LinearProblem &p = c.p;
   float *partial = reinterpret_cast<float *>(ws + layout.partial_offset);
   check_cuda(launch_linear_bwd_act(p.dtype, c.prod_act, c.dx, c.dxm.row_stride, c.x_aux, c.dx, c.dxm.row_stride, p.m,
@@ -155,7 +155,7 @@ void run_producer_epilogue(const BwdCall &c, const BwdLayout &layout, unsigned c
                "bias-gradient reduction (x_producer)");
 }
 
-void run_n1(const BwdCall &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
+void run_n1(const LinearBwdArgs &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
   LinearN1Args a;
   a.act = c.act;
   a.dy = c.dy, a.lddy = c.p.y.row_stride, a.aux = c.aux;
@@ -171,7 +171,7 @@ void run_n1(const BwdCall &c, const BwdLayout &layout, unsigned char *ws, cudaSt
 
 // Outputs of a problem with a zero size that still have elements: sums over
 // no values (0), or (k = 0) db, the column sums of dz.
-void run_degenerate(const BwdCall &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
+void run_degenerate(const LinearBwdArgs &c, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
   const LinearProblem &p = c.p;
   const size_t es = dtype_size(p.dtype);
   auto zero = [&](void *out, const MatrixView &v, const char *what) {
@@ -222,7 +222,7 @@ FNORM_API fnorm_status_t fnorm_linear_bwd(fnorm_handle_t handle, fnorm_stream_t 
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
-    BwdCall c;
+    LinearBwdArgs c;
     c.p = describe_linear(desc, x_desc, w_desc, dy_desc, "dy_desc", false);
     c.act = act_of(desc->epilogue);
     c.prod_act = check_producer(x_producer);
@@ -235,7 +235,7 @@ FNORM_API fnorm_status_t fnorm_linear_bwd(fnorm_handle_t handle, fnorm_stream_t 
     c.dx = dx, c.dw = dw, c.db = db, c.x_db = x_db;
     c.aux_bytes = aux_bytes, c.x_aux_bytes = x_aux_bytes;
     c.workspace = workspace, c.workspace_bytes = workspace_bytes;
-    check_bwd_args(handle, c);
+    check_linear_bwd_args(handle, c);
     const LinearProblem &p = c.p;
     using Cache = PlanCache<BwdKey, BwdPlan>;
     BwdKey key;

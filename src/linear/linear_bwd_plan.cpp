@@ -18,7 +18,7 @@ BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count) {
   const bool inner = p.k != 0;
   // Every size here comes from dy's [m, n] (dz, bias partials) or x's k.
   auto bytes = [](size_t a, size_t b, size_t c, const char *arg) {
-    return checked_align_up(checked_mul(checked_mul(a, b, arg), c, arg), 256, arg);
+    return checked_align_up(checked_mul(checked_mul(a, b, arg), c, arg), kRegionAlign, arg);
   };
   l.dz_offset = inner ? kCublasWorkspace : 0;
   const size_t dz = act != LinearAct::None && inner

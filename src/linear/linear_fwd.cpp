@@ -138,7 +138,7 @@ struct FwdKey {
   uint32_t has_aux = 0;
 };
 
-const FwdPlan &fwd_plan(fnorm_handle *h, const LinearProblem &p, const LinearBuffers &buf) {
+const FwdPlan &linear_fwd_plan(fnorm_handle *h, const LinearProblem &p, const LinearBuffers &buf) {
   FwdKey key;
   key.problem = p;
   key.align_x = alignment_of(buf.x);
@@ -213,8 +213,8 @@ FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t 
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
     const LinearProblem p = describe_linear(desc, x_desc, w_desc, y_desc, "y_desc", true);
-    const FwdArgs a{x, w, bias, y, aux, aux_bytes, workspace, workspace_bytes};
-    check_fwd_args(handle, p, a);
+    const LinearFwdArgs a{x, w, bias, y, aux, aux_bytes, workspace, workspace_bytes};
+    check_linear_fwd_args(handle, p, a);
     if (p.m * p.n == 0) return;  // y has no elements
     LinearBuffers buf;
     buf.x = x;
@@ -230,7 +230,7 @@ FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t 
     }
     require_workspace(workspace, workspace_bytes, kAlignSlack + kCublasWorkspace, "fnorm_linear_fwd_workspace_size", 1);
     DeviceGuard guard(handle->device);
-    const FwdPlan &plan = fwd_plan(handle, p, buf);
+    const FwdPlan &plan = linear_fwd_plan(handle, p, buf);
     launch_fwd(state_of(handle), plan, p, buf, workspace, st);
   });
 }

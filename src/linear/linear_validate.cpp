@@ -116,7 +116,7 @@ LinearAct check_producer(const fnorm_linear_desc *prod) {
 }
 
 // Pointer rules, the aux buffer and the overlap rule of a forward call.
-void check_fwd_args(const fnorm_handle *h, const LinearProblem &p, const FwdArgs &a) {
+void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a) {
   if (p.m * p.n != 0) {  // an empty output may come without memory (NULL), and so may x and w then
     require_not_null(a.y, "y");
     if (p.k != 0) {
@@ -154,7 +154,7 @@ void check_fwd_args(const fnorm_handle *h, const LinearProblem &p, const FwdArgs
 }
 
 // Pointer rules, aux sizes and the overlap rule of a backward call.
-void check_bwd_args(const fnorm_handle *h, const BwdCall &c) {
+void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c) {
   const LinearProblem &p = c.p;
   const fnorm_linear_epilogue_t epi = p.epilogue;
   // Tensors with no elements may come without memory (NULL).

@@ -245,9 +245,9 @@ void test_linear_overlaps() {
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
                   const fnorm::LinearProblem pb = fnorm::describe_linear(desc, x.d, w.d, y.d, "y_desc", true);
-                  const fnorm::FwdArgs a{p.at("x"), p.at("w"), p.at("bias"), p.at("y"), p.at("aux"), 1024,
+                  const fnorm::LinearFwdArgs a{p.at("x"), p.at("w"), p.at("bias"), p.at("y"), p.at("aux"), 1024,
                                          p.at("workspace"), 4096};
-                  fnorm::check_fwd_args(h, pb, a);
+                  fnorm::check_linear_fwd_args(h, pb, a);
                 });
               }});
   fnorm_linear_desc_t producer = nullptr;
@@ -259,7 +259,7 @@ void test_linear_overlaps() {
               {},
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
-                  fnorm::BwdCall c;
+                  fnorm::LinearBwdArgs c;
                   c.p = fnorm::describe_linear(desc, x.d, w.d, y.d, "dy_desc", false);
                   c.act = fnorm::act_of(FNORM_LINEAR_EPILOGUE_BIAS_RELU);
                   c.prod_act = fnorm::check_producer(producer);
@@ -268,7 +268,7 @@ void test_linear_overlaps() {
                   c.dx = p.at("dx"), c.dw = p.at("dw"), c.db = p.at("db"), c.x_db = p.at("x_db");
                   c.aux_bytes = c.x_aux_bytes = 1024;
                   c.workspace = p.at("workspace"), c.workspace_bytes = 4096;
-                  fnorm::check_bwd_args(h, c);
+                  fnorm::check_linear_bwd_args(h, c);
                 });
               }});
   fnorm_linear_desc_destroy(producer);

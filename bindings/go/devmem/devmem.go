@@ -55,7 +55,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"fusednorm"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
 )
 
 // Error is a failed CUDA runtime call.

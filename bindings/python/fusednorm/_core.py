@@ -8,8 +8,10 @@ Op modules (`norm`, `batchnorm`, `linear`) reach the library through
 `_core.lib` at call time, so that assigning `fusednorm.lib` (bench/ab_norm.py
 switches builds that way) reaches every op.
 
-The library is looked up in $FNORM_LIB, then next to this package's source
-tree (build/src), then by the loader's usual search (libfusednorm.so.0).
+The library is looked up in $FNORM_LIB, then inside this package (a wheel's
+fusednorm/_lib), then next to a source tree (build/src), then by the
+loader's usual search (libfusednorm.so.0): `import fusednorm` from a wheel
+needs no environment variable.
 Nothing here needs a GPU until a handle is created; PyTorch is imported only
 by the functions that take tensors.
 """
@@ -65,20 +67,54 @@ class NormFlag(enum.IntEnum):
 MAX_RANK = 8
 
 
+def _cudart_candidates():
+    """Where a CUDA runtime may be when the loader's search has none: PyTorch's
+    CUDA wheels (nvidia/cu13/lib, nvidia/cuda_runtime/lib on sys.path), then
+    $CUDA_HOME and /usr/local/cuda."""
+    import sys
+    dirs = []
+    for p in sys.path:
+        dirs += [os.path.join(p, "nvidia", "cu13", "lib"), os.path.join(p, "nvidia", "cuda_runtime", "lib")]
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+    for d in dirs:
+        if os.path.isdir(d):
+            for name in sorted(os.listdir(d), reverse=True):
+                if name.startswith("libcudart.so."):
+                    yield os.path.join(d, name)
+
+
 def _load():
+    """libfusednorm from, in turn: $FNORM_LIB; the wheel's own copy
+    (fusednorm/_lib); a source tree's build/src; the loader's search
+    (libfusednorm.so.0, e.g. a prefix install). If the library is there but
+    its CUDA runtime is not on the loader's path, one from PyTorch's CUDA
+    wheels or the toolkit is loaded first."""
+    here = os.path.dirname(os.path.abspath(__file__))
     candidates = []
     if os.environ.get("FNORM_LIB"):
         candidates.append(os.environ["FNORM_LIB"])
-    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "_lib", "libfusednorm.so"))
     candidates.append(os.path.join(here, "..", "..", "..", "build", "src", "libfusednorm.so"))
     candidates.append("libfusednorm.so.0")
     errors = []
     for c in candidates:
+        if os.sep in c and not os.path.exists(c):
+            errors.append(f"{c}: no such file")
+            continue
         try:
             return ctypes.CDLL(c)
         except OSError as e:
+            if "libcudart" in str(e):
+                for rt in _cudart_candidates():
+                    try:
+                        ctypes.CDLL(rt, mode=ctypes.RTLD_GLOBAL)
+                        return ctypes.CDLL(c)
+                    except OSError:
+                        continue
             errors.append(f"{c}: {e}")
-    raise OSError("libfusednorm not found; set FNORM_LIB. Tried:\n  " + "\n  ".join(errors))
+    raise OSError("libfusednorm could not be loaded (set FNORM_LIB to its path). Tried:\n  " + "\n  ".join(errors))
 
 
 lib = _load()

@@ -73,7 +73,9 @@ _ACTIVATIONS = {None: LinearEpilogue.BIAS, "relu": LinearEpilogue.BIAS_RELU, "ge
 
 class LinearDesc(_Owned):
     """Epilogue, weight layout and flags of a fully-connected layer. Raises
-    FusedNormError (NOT_SUPPORTED_BUILD) when the library has no cuBLASLt."""
+    FusedNormError (NOT_SUPPORTED_BUILD) when the library was built without
+    cuBLASLt; size queries and launches raise it when libcublasLt cannot be
+    opened at run time (the message names it)."""
     _destroy = staticmethod(_core.lib.fnorm_linear_desc_destroy)
 
     def __init__(self, epilogue: LinearEpilogue = LinearEpilogue.NONE, weight_layout: WeightLayout = WeightLayout.KN,

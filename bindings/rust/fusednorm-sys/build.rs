@@ -1,11 +1,18 @@
 //! Finds libfusednorm for linking: FUSEDNORM_LIB_DIR, else pkg-config
-//! (`fusednorm-uninstalled`, then `fusednorm`). The declarations are never
+//! (`fusednorm-uninstalled`, then `fusednorm`); with DOCS_RS set (docs.rs)
+//! links nothing. The declarations are never
 //! generated here: they are committed (see gen/rust_sys.py).
 use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
+    println!("cargo:rerun-if-env-changed=DOCS_RS");
+    // docs.rs builds documentation only, without CUDA or libfusednorm:
+    // nothing to link.
+    if env::var_os("DOCS_RS").is_some() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=FUSEDNORM_LIB_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");

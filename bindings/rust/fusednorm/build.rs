@@ -1,7 +1,7 @@
 //! Run paths for this crate's own tests and examples (never for dependents):
 //! the libfusednorm that fusednorm-sys linked (DEP_FUSEDNORM_LIBDIR) and the
 //! CUDA runtime the test helper links. LD_LIBRARY_PATH still comes first.
-#[path = "../testkit/cuda_dir.rs"]
+#[path = "cuda_dir.rs"]
 mod cuda_dir;
 
 fn main() {

@@ -1,5 +1,5 @@
 //! Links the CUDA runtime (the tests' device-memory helper calls it).
-#[path = "cuda_dir.rs"]
+#[path = "../fusednorm/cuda_dir.rs"]
 mod cuda_dir;
 
 fn main() {

@@ -11,9 +11,9 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"fusednorm"
-	"fusednorm/devmem"
-	"fusednorm/half"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go/half"
 )
 
 func main() {

@@ -10,8 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"fusednorm"
-	"fusednorm/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
 )
 
 func main() {

@@ -1,41 +1,67 @@
-"""The C++ ops (csrc/ops.cpp): built on first import with PyTorch's
-extension builder (cached by torch under $TORCH_EXTENSIONS_DIR, rebuilt when
-the source or flags change), bound to the library the binding loaded, and
-given their fake (meta) implementations for torch.compile.
+"""The C++ ops (csrc/ops.cpp): found already compiled, bound to the library
+the binding loaded, and given their fake (meta) implementations for
+torch.compile. Nothing is compiled at import: a wheel built with PyTorch
+present holds them, a Meson build compiles them when PyTorch is importable,
+and `python -m fusednorm.torch.build` makes them for an install without.
 
-`available()` says whether the ops are there; `reason()` why not (no CUDA
-toolkit, a failed build...). Without them every module falls back to
-torch.nn.functional.
+`available()` says whether the ops are there; `reason()` why not. Without
+them every module falls back to torch.nn.functional, and the import warns
+once with that reason.
 """
 from __future__ import annotations
 
 import ctypes
+import importlib
+import importlib.util
+import json
 import math
 import os
+import warnings
 
 import torch
 
 from .. import _core
+from . import build as _build_tool
 
 _REASON = None
-ext = None  # the built extension module (the eager fast path: ext.norm, ext.batch_norm, ...)
+ext = None  # the extension module (the eager fast path: ext.norm, ext.batch_norm, ...)
 
 
-def _api_dir() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.environ.get("FNORM_INCLUDE_DIR"), os.path.join(here, "..", "..", "..", "..", "api")):
-        if cand and os.path.isfile(os.path.join(cand, "fusednorm.h")):
-            return os.path.abspath(cand)
-    raise FileNotFoundError("fusednorm.h not found: set FNORM_INCLUDE_DIR to the directory holding it")
+def _import_extension():
+    """The compiled ops, from (in turn) $FNORM_TORCH_OPS (a file), the package
+    (fusednorm.torch.fusednorm_torch_ops), the per-user cache that
+    `python -m fusednorm.torch.build` writes to. Raises ImportError saying
+    where it looked and what to do."""
+    path = os.environ.get("FNORM_TORCH_OPS")
+    if not path:
+        try:
+            return importlib.import_module(f"{__package__}.{_build_tool.NAME}")
+        except ModuleNotFoundError:
+            pass
+        path = os.path.join(_build_tool.cache_dir(torch.__version__), _build_tool.module_file())
+        if not os.path.exists(path):
+            raise ImportError(
+                f"the C++ ops are not built for PyTorch {torch.__version__} (looked in the package and {path}); "
+                "build them once with `python -m fusednorm.torch.build`")
+    stamp_file = os.path.join(os.path.dirname(path), _build_tool.NAME + ".json")
+    if os.path.exists(stamp_file):
+        with open(stamp_file) as f:
+            built_for = json.load(f)
+        now = _build_tool.stamp(torch.__version__)
+        if built_for != now:
+            raise ImportError(f"{path} was built for {built_for}, this is {now}: rebuild with "
+                              "`python -m fusednorm.torch.build`")
+    spec = importlib.util.spec_from_file_location(_build_tool.NAME, path)
+    if spec is None:
+        raise ImportError(f"{path} is not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _build() -> None:
-    from torch.utils import cpp_extension
-    here = os.path.dirname(os.path.abspath(__file__))
+def _load_extension() -> None:
     global ext
-    ext = cpp_extension.load(name="fusednorm_torch_ops", sources=[os.path.join(here, "csrc", "ops.cpp")],
-                             extra_include_paths=[_api_dir()], extra_cflags=["-O2"], with_cuda=True,
-                             is_python_module=True, verbose=bool(os.environ.get("FNORM_TORCH_VERBOSE")))
+    ext = _import_extension()
     names = torch.ops.fusednorm._abi_names()
     torch.ops.fusednorm._bind_abi([ctypes.cast(getattr(_core.lib, n), ctypes.c_void_p).value for n in names])
 
@@ -46,10 +72,12 @@ def _load() -> None:
         _REASON = "FNORM_TORCH_DISABLE is set"
         return
     try:
-        _build()
+        _load_extension()
         _register_fakes()
     except Exception as e:  # noqa: BLE001 - any failure: the modules fall back to torch
         _REASON = f"{type(e).__name__}: {e}"
+        warnings.warn(f"fusednorm.torch: the library's ops are not in use, every module runs torch.nn's code: "
+                      f"{_REASON}", RuntimeWarning, stacklevel=3)
 
 
 def available() -> bool:

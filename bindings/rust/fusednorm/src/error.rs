@@ -17,6 +17,8 @@ impl Status {
     pub const BAD_PARAM_SHAPE: Status = Status(sys::FNORM_STATUS_BAD_PARAM_SHAPE);
     pub const INSUFFICIENT_WORKSPACE: Status = Status(sys::FNORM_STATUS_INSUFFICIENT_WORKSPACE);
     pub const NOT_SUPPORTED: Status = Status(sys::FNORM_STATUS_NOT_SUPPORTED);
+    /// Left out of this build, no code for this GPU, or a library the op needs
+    /// (cuBLASLt, cuDNN, NCCL) is missing at run time: the message says which.
     pub const NOT_SUPPORTED_BUILD: Status = Status(sys::FNORM_STATUS_NOT_SUPPORTED_BUILD);
     pub const INTERNAL_ERROR: Status = Status(sys::FNORM_STATUS_INTERNAL_ERROR);
     pub const ALLOC_FAILED: Status = Status(sys::FNORM_STATUS_ALLOC_FAILED);

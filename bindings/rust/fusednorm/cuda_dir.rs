@@ -1,3 +1,5 @@
+// (Lives in the fusednorm crate so that its package is self-contained;
+// the unpublished testkit includes it from there.)
 // Where libcudart.so is, for build scripts (testkit's link line, the
 // fusednorm crate's test/example rpath): CUDA_LIB_DIR, else pkg-config's
 // cudart-<version> / cudart modules, else $CUDA_HOME or $CUDA_PATH, else
