@@ -10,18 +10,27 @@ bench_batchnorm.py. PyTorch is not timed here.
 Each row also says what the size queries answer per engine (workspace of the
 forward and the backward, cuDNN's reserve), and which engine AUTO matched.
 
-Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[;...]]
+Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[:EPILOGUE][;...]]
                        [--engines native,cudnn,auto,native_env] [--env VAR=VALUE[,VAR=VALUE]]
+                       [--builds NAME=LIB[,NAME=LIB...]]
        (default: the ladder below, engines native, cudnn, auto). native_env is
-       NATIVE with the --env variables set while it is timed (an old code path
-       kept behind a variable, against the new one, in the same process).
+       NATIVE on a handle created with the --env variables set (the library
+       reads its tuning at fnorm_create): a path chosen by a tuning knob
+       against the default one, in the same process.
        Writes DIR/ab_batchnorm.json when --out is given.
+--builds: several libfusednorm builds in the same process (a copy of each
+       library, its own handle): each case is timed with the NATIVE engine of
+       every build, beside the CUDNN engine (of the first build) and PyTorch
+       (F.batch_norm with cuDNN on, then the epilogue; autograd backward) in
+       the same rounds; EPILOGUE (none, relu, add_relu) per case. Also prints
+       the largest difference of each build's y and dx from the first's.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -37,12 +46,31 @@ from bench_layernorm import Bench, time_graph  # noqa: E402
 from bench_batchnorm import make, nbytes  # noqa: E402
 
 from fusednorm import _core  # noqa: E402
+from fusednorm import batchnorm as _fbn  # noqa: E402
 from fusednorm.batchnorm import _bn_desc, _bn_x_desc, _handle_for  # noqa: E402
 
 EPS = 1e-5
 ENGINES = {"native": fn.BnEngine.NATIVE, "cudnn": fn.BnEngine.CUDNN, "auto": fn.BnEngine.AUTO,
            "native_env": fn.BnEngine.NATIVE}
-ENV = {}  # set while native_env runs (--env)
+ENV = {}  # set while native_env's handle is created (--env)
+_ENV_HANDLES = {}  # device -> that handle
+
+
+def env_handles(on):
+    """native_env runs on a handle of its own, created while the --env
+    variables are set: the library reads its tuning at fnorm_create only."""
+    if on and 0 not in _ENV_HANDLES:
+        os.environ.update(ENV)
+        try:
+            with torch.cuda.device(0):
+                _ENV_HANDLES[0] = _core.Handle()
+        finally:
+            for k in ENV:
+                os.environ.pop(k, None)
+    _core._handles = _ENV_HANDLES if on else _HANDLES
+
+
+_HANDLES = _core._handles
 
 # (dtype, layout, shape): the crossover ladder of issue 20 item 3.
 LADDER = (
@@ -111,8 +139,7 @@ def time_case(B, dtype, layout, shape, rounds):
     rf, rb = B.reps(n_sets, 3 * E * es), B.reps(n_sets, 5 * E * es)
     for _ in range(rounds):
         for name, eng in ENGINES.items():
-            if name == "native_env":
-                os.environ.update(ENV)
+            env_handles(name == "native_env")
             for p, mk, reps in (("fwd", fwd, rf), ("bwd", bwd, rb)):
                 if (name, p) in errors:
                     continue
@@ -120,8 +147,7 @@ def time_case(B, dtype, layout, shape, rounds):
                     res[(name, p)].append(time_graph(mk(eng), n_sets, reps))
                 except fn.FusedNormError as e:
                     errors[(name, p)] = f"{e.status.name}: {str(e)[:120]}"
-            for k in ENV:
-                os.environ.pop(k, None)
+            env_handles(False)
     # Which engine AUTO's forward output matches bit for bit (one set).
     y = {name: fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=eng)[0]
          for name, eng in ENGINES.items() if name in ("native", "cudnn", "auto") and (name, "fwd") not in errors}
@@ -129,11 +155,10 @@ def time_case(B, dtype, layout, shape, rounds):
     out = {"dtype": dtype, "layout": layout, "shape": shape, "mb": round(E * es / 1e6, 1),
            "auto_fwd_matches": "/".join(same) or "neither"}
     if "native_env" in ENGINES:  # the old path's outputs against the new one's
-        os.environ.update(ENV)
+        env_handles(True)
         y_env, s_env = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
         dx_env = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
-        for k in ENV:
-            os.environ.pop(k, None)
+        env_handles(False)
         y_new, s_new = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, engine=fn.BnEngine.NATIVE)
         dx_new = fn.batch_norm_backward(dys[0], xs[0], w, dataclasses.replace(sv[0], engine=fn.BnEngine.NATIVE))[0]
         out["env_vs_native_max_diff"] = {
@@ -148,13 +173,192 @@ def time_case(B, dtype, layout, shape, rounds):
     return out
 
 
+# ---- several builds in one process (--builds) ------------------------------
+# name -> (ctypes library, its handles, its tensor and BatchNorm descriptor
+# caches): a library's objects go to that library only, since their layouts
+# may differ between builds.
+BUILDS = {}
+EPIS = {"none": fn.BnEpilogue.NONE, "relu": fn.BnEpilogue.RELU, "add_relu": fn.BnEpilogue.ADD_RELU}
+
+
+def load_builds(spec):
+    import shutil
+    import tempfile
+    copies = tempfile.mkdtemp(prefix="ab_bn_")
+    for item in spec.split(","):
+        name, path = item.split("=", 1)
+        copy = os.path.join(copies, f"{name}.so")
+        shutil.copy(path, copy)
+        lib = ctypes.CDLL(copy)
+        _core._apply(lib, _core._PROTOTYPES)
+        BUILDS[name] = (lib, {}, functools.lru_cache(maxsize=512)(_core._tensor_desc.__wrapped__),
+                        functools.lru_cache(maxsize=64)(_fbn._bn_desc.__wrapped__))
+        use_build(name)
+        _handle_for(0)
+
+
+def use_build(name):
+    lib, handles, tensor_desc, bn_desc = BUILDS[name]
+    _core.lib, _core._handles = lib, handles
+    _core._tensor_desc = _fbn._tensor_desc = tensor_desc
+    _fbn._bn_desc = bn_desc
+
+
+def time_case_builds(B, dtype, layout, shape, epi, rounds):
+    import torch.nn.functional as F
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    one = make(shape, layout, dtype, gen)
+    E, es = one.numel(), one.element_size()
+    add = epi == "add_relu"
+    n_sets = B.n_sets((4 if add else 3) * nbytes(one))
+    xs = [one] + [make(shape, layout, dtype, gen) for _ in range(n_sets - 1)]
+    dys = [make(shape, layout, dtype, gen) for _ in range(n_sets)]
+    zs = [make(shape, layout, dtype, gen) for _ in range(n_sets)] if add else [None] * n_sets
+    ys = [torch.empty_like(x) for x in xs]
+    c = shape[1]
+    w = torch.rand(c, device="cuda", generator=gen) + 0.5
+    b = torch.rand(c, device="cuda", generator=gen) - 0.5
+    rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+    e = EPIS[epi]
+    names = list(BUILDS)
+    use_build(names[0])
+    sv = [fn.batch_norm_train(xs[k], w, b, None, None, eps=EPS, epilogue=e, z=zs[k], engine=fn.BnEngine.NATIVE)[1]
+          for k in range(n_sets)]
+    svc = None
+    try:
+        svc = [fn.batch_norm_train(xs[k], w, b, None, None, eps=EPS, epilogue=e, z=zs[k],
+                                   engine=fn.BnEngine.CUDNN)[1] for k in range(n_sets)]
+    except fn.FusedNormError as err:
+        print(f"  cudnn engine: {err.status.name}: {str(err)[:120]}", flush=True)
+    cols = names + ["cudnn", "torch"]
+    res = {(n, p): [] for n in cols for p in ("fwd", "bwd")}
+
+    def fwd(eng):
+        def f(i):
+            k = i % n_sets
+            return fn.batch_norm_train(xs[k], w, b, rm, rv, momentum=0.1, eps=EPS, epilogue=e, z=zs[k], engine=eng,
+                                       out=ys[k])[1]
+        return f
+
+    def bwd(saved):
+        def f(i):
+            k = i % n_sets
+            return fn.batch_norm_backward(dys[k], xs[k], w, saved[k], dx_out=ys[k])
+        return f
+
+    def torch_fwd(i):
+        k = i % n_sets
+        y = F.batch_norm(xs[k], rm, rv, w, b, training=True, momentum=0.1, eps=EPS)
+        if add:
+            return torch.relu_(y.add_(zs[k]))
+        return torch.relu_(y) if epi == "relu" else y
+
+    def torch_bwd_time(reps):
+        xr = [x.detach().requires_grad_(True) for x in xs]
+        wr, br = w.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        zr = [z.detach().requires_grad_(True) if z is not None else None for z in zs]
+        outs = []
+
+        def forward():
+            outs.clear()
+            for k in range(n_sets):
+                y = F.batch_norm(xr[k], None, None, wr, br, training=True, eps=EPS)
+                if add:
+                    y = torch.relu(y + zr[k])
+                elif epi == "relu":
+                    y = torch.relu(y)
+                outs.append(y)
+
+        def g(i):
+            k = i % n_sets
+            inputs = (xr[k], wr, br) + ((zr[k],) if add else ())
+            return torch.autograd.grad(outs[k], inputs, dys[k], retain_graph=True)
+        forward()
+        t = time_graph(g, n_sets, reps, setup=forward)
+        outs.clear()
+        return t
+
+    mask = (E + 31) // 32 * 4 if epi != "none" else 0
+    rf = B.reps(n_sets, 3 * E * es + (E * es if add else 0) + mask)
+    rb = B.reps(n_sets, 5 * E * es + (E * es if add else 0) + 2 * mask)
+    for _ in range(rounds):
+        for n in cols:
+            for p in ("fwd", "bwd"):
+                try:
+                    if n == "torch":
+                        t = time_graph(torch_fwd, n_sets, rf) if p == "fwd" else torch_bwd_time(rb)
+                    elif n == "cudnn":
+                        if svc is None:
+                            continue
+                        use_build(names[0])
+                        t = time_graph(fwd(fn.BnEngine.CUDNN), n_sets, rf) if p == "fwd" else \
+                            time_graph(bwd(svc), n_sets, rb)
+                    else:
+                        use_build(n)
+                        t = time_graph(fwd(fn.BnEngine.NATIVE), n_sets, rf) if p == "fwd" else \
+                            time_graph(bwd(sv), n_sets, rb)
+                    res[(n, p)].append(t)
+                except Exception as err:  # noqa: BLE001 - a refused cell, not the end of the run
+                    print(f"  {n} {p}: {type(err).__name__}: {str(err)[:160]}", flush=True)
+                gc.collect()
+    # Each build's outputs against the first build's (one set).
+    diff = {}
+    use_build(names[0])
+    y0 = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, epilogue=e, z=zs[0], engine=fn.BnEngine.NATIVE)[0]
+    g0 = fn.batch_norm_backward(dys[0], xs[0], w, sv[0])
+    for n in names[1:]:
+        use_build(n)
+        y1, s1 = fn.batch_norm_train(xs[0], w, b, None, None, eps=EPS, epilogue=e, z=zs[0], engine=fn.BnEngine.NATIVE)
+        g1 = fn.batch_norm_backward(dys[0], xs[0], w, sv[0])
+        d = {"y": (y1.float() - y0.float()).abs().max().item(), "dx": (g1[0].float() - g0[0].float()).abs().max().item(),
+             "dgamma_rel": ((g1[1] - g0[1]).abs().max() / g0[1].abs().max().clamp_min(1e-30)).item(),
+             "mean": (s1.mean - sv[0].mean).abs().max().item()}
+        if s1.reserve is not None and sv[0].reserve is not None:
+            d["mask_bits_differ"] = int((s1.reserve != sv[0].reserve).sum().item())
+        diff[n] = d
+    out = {"dtype": dtype, "layout": layout, "shape": shape, "epilogue": epi, "mb": round(E * es / 1e6, 1),
+           "diff_vs_first": diff}
+    for (n, p), v in res.items():
+        out[f"{n}_{p}_us"] = round(statistics.median(v), 2) if v else None
+        out[f"{n}_{p}_runs"] = [round(t, 2) for t in v]
+    return out
+
+
+def print_builds_row(r):
+    names = list(BUILDS)
+    new, base = names[-1], names[0]
+
+    def med(n, p):
+        return r.get(f"{n}_{p}_us")
+
+    def fb(n):
+        a, b_ = med(n, "fwd"), med(n, "bwd")
+        return a + b_ if a is not None and b_ is not None else None
+
+    def ratio(a, b_):
+        return f"{a / b_:5.2f}" if a is not None and b_ else "  —  "
+    cells = []
+    for p in ("fwd", "bwd"):
+        cells.append(" ".join(f"{med(n, p):8.1f}" if med(n, p) is not None else "       —"
+                              for n in names + ["cudnn", "torch"]))
+    print(f"{r['dtype']} {r['epilogue']:8s} {str(r['shape']):18s} | fwd {cells[0]} | bwd {cells[1]} | "
+          f"new/base fwd {ratio(med(base, 'fwd'), med(new, 'fwd'))} bwd {ratio(med(base, 'bwd'), med(new, 'bwd'))} | "
+          f"vs cudnn fwd {ratio(med('cudnn', 'fwd'), med(new, 'fwd'))} fb {ratio(fb('cudnn'), fb(new))} | "
+          f"vs torch fwd {ratio(med('torch', 'fwd'), med(new, 'fwd'))} bwd {ratio(med('torch', 'bwd'), med(new, 'bwd'))}"
+          f" | diff {r['diff_vs_first']}", flush=True)
+
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default="", help="DTYPE:LAYOUT:N,C,H,W;... (default: the ladder)")
     ap.add_argument("--engines", default="native,cudnn,auto")
-    ap.add_argument("--env", default="", help="VAR=VALUE,...: set while native_env is timed")
+    ap.add_argument("--env", default="", help="VAR=VALUE,...: set while native_env's handle is created")
+    ap.add_argument("--builds", default="", help="NAME=LIB,...: several builds in one process (NATIVE of each, "
+                    "CUDNN engine, PyTorch)")
     args = ap.parse_args()
     for name in list(ENGINES):
         if name not in args.engines.split(","):
@@ -164,9 +368,30 @@ def main():
     if args.cases:
         cases = []
         for c in args.cases.split(";"):
-            dt, lay, dims = c.split(":")
-            cases.append((dt, lay, [int(v) for v in dims.split(",")]))
+            dt, lay, dims, *epi = c.split(":")
+            cases.append((dt, lay, [int(v) for v in dims.split(",")]) + tuple(epi))
     B = Bench(reps=30)
+    if args.builds:
+        load_builds(args.builds)
+        print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s; columns: " + " ".join(list(BUILDS) + ["cudnn", "torch"]) +
+              " (us, medians); ratios: time of the other / time of the last build", flush=True)
+        rows = []
+        for dt, lay, shape, *epi in cases:
+            try:
+                r = time_case_builds(B, dt, lay, shape, epi[0] if epi else "none", args.rounds)
+            except Exception as e:  # noqa: BLE001 - record, go on
+                print(f"ERROR {dt} {lay} {shape}: {type(e).__name__}: {e}", flush=True)
+                continue
+            rows.append(r)
+            print_builds_row(r)
+            gc.collect()
+            torch.cuda.empty_cache()
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "ab_batchnorm.json"), "w") as fh:
+                json.dump({"gpu": B.name, "copy_gbps": round(B.copy_gbps, 1), "l2_bytes": B.l2,
+                           "builds": list(BUILDS), "rows": rows}, fh, indent=1)
+        os._exit(0)  # the handles belong to different libraries: no destructors at exit
     props = torch.cuda.get_device_properties(0)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 / 2**20:.0f} MiB, {props.multi_processor_count} SMs, "
           f"torch {torch.__version__}", flush=True)
@@ -174,7 +399,7 @@ def main():
     print(f"{'case':34s} {'MB':>6s} | " + " ".join(f"{n:>10s}" for n in names) + " fwd | " +
           " ".join(f"{n:>10s}" for n in names) + " bwd | auto matches | ws fwd/bwd per engine; cudnn reserve", flush=True)
     rows = []
-    for dt, lay, shape in cases:
+    for dt, lay, shape, *_ in cases:
         try:
             r = time_case(B, dt, lay, shape, args.rounds)
             r["sizes"] = sizes(dt, lay, shape)

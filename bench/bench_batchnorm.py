@@ -62,6 +62,17 @@ CASES = [
     ("fp16", [128, 64, 56, 56], "nhwc", "relu", True),
     ("fp16", [128, 256, 56, 56], "nhwc", "relu", True),
     ("fp16", [256, 64, 112, 112], "nhwc", "relu", True),
+] + [
+    # Issue 29: NATIVE against cuDNN (our CUDNN engine) on ResNet's channels-last
+    # BatchNorm shapes, plain and with ReLU, fp16 and bf16 (the rows above
+    # hold the fp16 ones already there).
+    (dt, shape, "nhwc", epi, True)
+    for dt in ("fp16", "bf16")
+    for shape in ([128, 64, 56, 56], [128, 256, 56, 56], [256, 64, 112, 112], [128, 256, 14, 14], [128, 512, 7, 7])
+    for epi in ("none", "relu")
+    if not (dt == "fp16" and (epi, shape) in (("none", [128, 64, 56, 56]), ("none", [128, 256, 56, 56]),
+                                              ("relu", [128, 64, 56, 56]), ("relu", [128, 256, 56, 56]),
+                                              ("relu", [256, 64, 112, 112])))
 ]
 INFER_CASES = [
     ("fp32", [16, 32, 112, 112], "nchw", "none"),

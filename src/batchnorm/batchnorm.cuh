@@ -17,9 +17,7 @@ constexpr int kBnUnroll = 4;  // independent packs in flight per thread in the r
 // Resident blocks per SM the columns reduction is compiled for (register
 // cap). 3 (80 registers) spilled in the fp16/bf16 backward and ran 6% slower
 // than 2 on the H200 (bench/NOTES.md).
-#ifndef FNORM_BN_REDUCE_MIN_BLOCKS
-#define FNORM_BN_REDUCE_MIN_BLOCKS 2
-#endif
+constexpr int kBnReduceMinBlocks = 2;
 
 // Bits [e, e + P) of a 1-bit-per-element mask (bit e % 32 of word e / 32).
 // Assumptions: e % P == 0 and P divides 32, so the bits share one word.
@@ -27,18 +25,6 @@ template <int P>
 __device__ __forceinline__ uint32_t read_mask_bits(const uint32_t *mask, int64_t e) {
   const uint32_t w = __ldg(mask + (e >> 5));
   return (w >> static_cast<uint32_t>(e & 31)) & ((1u << P) - 1u);
-}
-
-// Chan et al.'s merge of (nb, mb, m2b) into (na, ma, m2a).
-__device__ __forceinline__ void welford_merge(float &na, float &ma, float &m2a, float nb, float mb,
-                                              float m2b) {
-  const float n = na + nb;
-  if (n == 0.f) return;
-  const float delta = mb - ma;
-  const float fb = nb / n;
-  ma += delta * fb;
-  m2a += m2b + delta * delta * na * fb;
-  na = n;
 }
 
 // ---------------------------------------------------------------------------
@@ -50,7 +36,7 @@ __device__ __forceinline__ void welford_merge(float &na, float &ma, float &m2a, 
 // Assumptions: PACK divides width; x (and dy) aligned to PACK elements.
 // ---------------------------------------------------------------------------
 template <typename T, int PACK, bool BWD>
-__global__ void __launch_bounds__(kBnThreads, FNORM_BN_REDUCE_MIN_BLOCKS) bn_reduce_columns_kernel(BnReduceParams p,
+__global__ void __launch_bounds__(kBnThreads, kBnReduceMinBlocks) bn_reduce_columns_kernel(BnReduceParams p,
                                                                        int ncp_log2) {
   __shared__ float sa[kBnThreads * PACK];
   __shared__ float sb[kBnThreads * PACK];
@@ -167,8 +153,9 @@ __global__ void __launch_bounds__(kBnThreads, FNORM_BN_REDUCE_MIN_BLOCKS) bn_red
         const float nb = sn[o];
 #pragma unroll
         for (int k = 0; k < PACK; ++k) {
-          float na = n;
-          welford_merge(na, a[k], b[k], nb, sa[o * PACK + k], sb[o * PACK + k]);
+          const Welford w = WelfordOp::combine({a[k], b[k], n}, {sa[o * PACK + k], sb[o * PACK + k], nb});
+          a[k] = w.mean;
+          b[k] = w.m2;
         }
         n += nb;
         sn[threadIdx.x] = n;
@@ -282,6 +269,144 @@ __global__ void __launch_bounds__(kBnThreads) bn_reduce_segments_kernel(BnReduce
 }
 
 // ---------------------------------------------------------------------------
+// The elementwise step, written once for the three-launch kernels below and
+// the one-launch kernel (bn_persistent.cuh): a pack's channel coefficients,
+// the forward and backward operations on a pack, and the pack conversions.
+// ---------------------------------------------------------------------------
+// A pack's channel coefficients, indexed by the term they scale or add
+// (BnApplyParams): c[kBnMean][k] is element k's channel mean, and so on.
+enum BnCoef { kBnMean = 0, kBnXmuScale = 1, kBnShift = 2, kBnDyScale = 3 };
+template <int PACK>
+struct BnPackCoefs {
+  float c[4][PACK];
+};
+
+// A pack of T moved and held as one unsigned vector (uint4 for 16 bytes),
+// widened and narrowed 32 bits at a time. Held as Pack<bf16, 8>, each bf16
+// element took a register of its own (the one-launch kernel's bf16 forward
+// spilled 774 bytes where fp16 spilled 292), and converting one element at
+// a time made 8 F2F.BF16.F32 (a quarter-rate instruction) per 16-byte pack
+// where fp16 had 4 F2FP.
+template <typename T, int PACK>
+struct BnVec {
+  static constexpr int kBytes = static_cast<int>(sizeof(T)) * PACK;
+  static constexpr int kWords = kBytes >= 4 ? kBytes / 4 : 1;
+  using Raw = typename VecOf<kBytes>::type;
+  static_assert(kBytes <= 16, "a pack is one access");
+
+  __device__ __forceinline__ static Raw load(const T *p) { return *reinterpret_cast<const Raw *>(p); }
+  // Evict-first (ld.global.cs): read once more at most, by nobody soon.
+  __device__ __forceinline__ static Raw load_cs(const T *p) { return __ldcs(reinterpret_cast<const Raw *>(p)); }
+  __device__ __forceinline__ static void store(T *p, const Raw &r, bool evict_first = false) {
+    if (evict_first) {
+      __stcs(reinterpret_cast<Raw *>(p), r);
+    } else {
+      *reinterpret_cast<Raw *>(p) = r;
+    }
+  }
+  __device__ __forceinline__ static void widen(const Raw &r, float (&out)[PACK]) {
+    if constexpr (kBytes < 4) {  // one 16-bit element
+      out[0] = Convert<T>::to_float(from_bits(r));
+    } else {
+      uint32_t w[kWords];
+      memcpy(w, &r, sizeof(w));
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+          out[i] = __uint_as_float(w[i]);
+        } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          out[2 * i] = __uint_as_float(w[i] << 16);
+          out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        } else {
+          __half2 h;
+          memcpy(&h, &w[i], 4);
+          const float2 f = __half22float2(h);
+          out[2 * i] = f.x;
+          out[2 * i + 1] = f.y;
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ static Raw narrow(const float (&v)[PACK]) {
+    Raw r;
+    if constexpr (kBytes < 4) {
+      const T t = Convert<T>::from_float(v[0]);
+      memcpy(&r, &t, sizeof(r));
+    } else {
+      uint32_t w[kWords];
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+          w[i] = __float_as_uint(v[i]);
+        } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+          memcpy(&w[i], &h, 4);
+        } else {
+          const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+          memcpy(&w[i], &h, 4);
+        }
+      }
+      memcpy(&r, w, sizeof(r));
+    }
+    return r;
+  }
+
+ private:
+  __device__ __forceinline__ static T from_bits(unsigned short u) {
+    T t;
+    memcpy(&t, &u, sizeof(t));
+    return t;
+  }
+};
+
+// Forward: v = (x - mean) * xmu_scale + shift (+ z), then ReLU; the pack as
+// stored, and its mask bits (bit k: stored element k > 0, what relu's
+// backward tests; NaN stays NaN and gets 0).
+template <typename T, int PACK>
+struct BnForwardOp {
+  using Vec = BnVec<T, PACK>;
+  bool add;   // ADD_RELU: z is added before the ReLU
+  bool relu;  // RELU or ADD_RELU
+  __device__ __forceinline__ uint32_t operator()(const float (&x)[PACK], const float (&z)[PACK],
+                                                 const BnPackCoefs<PACK> &q, typename Vec::Raw &out) const {
+    float v[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+      v[k] = (x[k] - q.c[kBnMean][k]) * q.c[kBnXmuScale][k] + q.c[kBnShift][k];
+      if (add) v[k] += z[k];
+      if (relu) v[k] = v[k] <= 0.f ? 0.f : v[k];
+    }
+    out = Vec::narrow(v);
+    uint32_t bits = 0;
+    if (relu) {
+      float stored[PACK];
+      Vec::widen(out, stored);
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) bits |= static_cast<uint32_t>(stored[k] > 0.f) << k;
+    }
+    return bits;
+  }
+};
+
+// Backward: g = dy where the mask bit is set (all of dy without a mask),
+// dx = g * dy_scale + (x - mean) * xmu_scale + shift. g is left in `g` (dz).
+template <typename T, int PACK>
+struct BnBackwardOp {
+  using Vec = BnVec<T, PACK>;
+  bool masked;
+  __device__ __forceinline__ typename Vec::Raw operator()(const float (&x)[PACK], float (&g)[PACK], uint32_t bits,
+                                                          const BnPackCoefs<PACK> &q) const {
+    float v[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+      if (masked && !((bits >> k) & 1u)) g[k] = 0.f;
+      v[k] = g[k] * q.c[kBnDyScale][k] + (x[k] - q.c[kBnMean][k]) * q.c[kBnXmuScale][k] + q.c[kBnShift][k];
+    }
+    return Vec::narrow(v);
+  }
+};
+
+// ---------------------------------------------------------------------------
 // Elementwise passes. Thread q handles pack q of [begin, end); a warp handles
 // 32 consecutive packs, so the 32 / PACK lanes that cover one mask word are
 // neighbours and build it with shuffles. The channel of the pack's first
@@ -308,26 +433,26 @@ struct ChannelWalk {
   }
 };
 
-// Per-element channel coefficients of the pack starting at (c, s).
+// Per-element channel coefficients c[0, NCOEF) of the pack starting at (c, s).
 template <int PACK, int NCOEF>
 __device__ __forceinline__ void load_coefs(const float *const (&arr)[NCOEF], const ChannelWalk &w,
-                                           const BnShape &sh, float (&out)[NCOEF][PACK]) {
+                                           const BnShape &sh, BnPackCoefs<PACK> &out) {
   if (w.s + PACK <= sh.group) {  // one channel for the whole pack
 #pragma unroll
     for (int j = 0; j < NCOEF; ++j) {
       const float v = __ldg(arr[j] + w.c);
 #pragma unroll
-      for (int k = 0; k < PACK; ++k) out[j][k] = v;
+      for (int k = 0; k < PACK; ++k) out.c[j][k] = v;
     }
   } else if (sh.group == 1 && sh.channels % PACK == 0) {  // PACK consecutive channels, aligned
 #pragma unroll
-    for (int j = 0; j < NCOEF; ++j) load_param<float, PACK>(arr[j], true, w.c, out[j]);
+    for (int j = 0; j < NCOEF; ++j) load_param<float, PACK>(arr[j], true, w.c, out.c[j]);
   } else {
     int64_t c = w.c, s = w.s;
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
 #pragma unroll
-      for (int j = 0; j < NCOEF; ++j) out[j][k] = __ldg(arr[j] + c);
+      for (int j = 0; j < NCOEF; ++j) out.c[j][k] = __ldg(arr[j] + c);
       if (++s == sh.group) {
         s = 0;
         if (++c == sh.channels) c = 0;
@@ -366,11 +491,10 @@ __global__ void __launch_bounds__(kBnThreads) bn_forward_kernel(BnApplyParams p)
   const T *x = static_cast<const T *>(p.x);
   const T *z = static_cast<const T *>(p.z);
   T *y = static_cast<T *>(p.y);
-  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
-  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
+  const BnForwardOp<T, PACK> op{p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU, p.epilogue != FNORM_BN_EPILOGUE_NONE};
   if (p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
     *p.num_batches_tracked += 1;
-  float cf[3][PACK];
+  BnPackCoefs<PACK> cf;
   if (fixed && q < packs) load_coefs<PACK, 3>(coef, w, p.shape, cf);
   for (; q - lane < packs; q += step, w.advance(p.shape)) {
     const bool active = q < packs;
@@ -379,19 +503,11 @@ __global__ void __launch_bounds__(kBnThreads) bn_forward_kernel(BnApplyParams p)
     if (active) {
       float v[PACK], zv[PACK];
       load_pack<T, PACK>(x + e, v);
-      if (add) load_pack<T, PACK>(z + e, zv);
+      if (op.add) load_pack<T, PACK>(z + e, zv);
       if (!fixed) load_coefs<PACK, 3>(coef, w, p.shape, cf);
-#pragma unroll
-      for (int k = 0; k < PACK; ++k) {
-        v[k] = (v[k] - cf[0][k]) * cf[1][k] + cf[2][k];
-        if (add) v[k] += zv[k];
-        if (relu) {
-          v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
-          // The bit says whether the value stored is > 0 (what relu's backward tests).
-          bits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
-        }
-      }
-      store_pack<T, PACK>(y + e, v);
+      typename BnVec<T, PACK>::Raw out;
+      bits = op(v, zv, cf, out);
+      BnVec<T, PACK>::store(y + e, out);
     }
     if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, bits, active);
   }
@@ -405,28 +521,23 @@ __global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p
   ChannelWalk w;
   w.init(p.begin + q * PACK, step * PACK, p.shape);
   const bool fixed = w.dc == 0 && w.ds == 0;
-  const float *const coef[4] = {p.mean, p.dy_scale, p.xmu_scale, p.shift};
+  const float *const coef[4] = {p.mean, p.xmu_scale, p.shift, p.dy_scale};
   const T *x = static_cast<const T *>(p.x);
   const T *dy = static_cast<const T *>(p.dy);
   T *dx = static_cast<T *>(p.dx);
   T *dz = static_cast<T *>(p.dz);
-  float cf[4][PACK];
+  const BnBackwardOp<T, PACK> op{p.mask_in != nullptr};
+  BnPackCoefs<PACK> cf;
   if (fixed && q < packs) load_coefs<PACK, 4>(coef, w, p.shape, cf);
   for (; q < packs; q += step, w.advance(p.shape)) {
     const int64_t e = p.begin + q * PACK;
     float v[PACK], g[PACK];
     load_pack<T, PACK>(x + e, v);
     load_pack<T, PACK>(dy + e, g);
-    if (p.mask_in != nullptr) {
-      const uint32_t bits = read_mask_bits<PACK>(p.mask_in, e);
-#pragma unroll
-      for (int k = 0; k < PACK; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.f;
-      if (dz != nullptr) store_pack<T, PACK>(dz + e, g);
-    }
+    const uint32_t bits = op.masked ? read_mask_bits<PACK>(p.mask_in, e) : 0u;
     if (!fixed) load_coefs<PACK, 4>(coef, w, p.shape, cf);
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) v[k] = g[k] * cf[1][k] + (v[k] - cf[0][k]) * cf[2][k] + cf[3][k];
-    store_pack<T, PACK>(dx + e, v);
+    BnVec<T, PACK>::store(dx + e, op(v, g, bits, cf));
+    if (dz != nullptr && op.masked) BnVec<T, PACK>::store(dz + e, BnVec<T, PACK>::narrow(g));
   }
 }
 
@@ -547,6 +658,33 @@ template <typename T, int PACK>
 cudaError_t launch_bn_backward(const BnApplyParams &p, const LaunchShape &s, cudaStream_t stream) {
   bn_backward_kernel<T, PACK><<<static_cast<unsigned>(s.grid), kBnThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+// A one-launch kernel (bn_persistent.cuh, bn_stream.cuh) as its plan shaped
+// it: a cooperative launch of s.blocks co-resident blocks; *launched says
+// whether it ran. A device with fewer SMs free than it reports (MPS limits,
+// green contexts) refuses the grid: the caller then runs the three launches.
+template <class Kernel, class... Args>
+cudaError_t launch_bn_cooperative(Kernel kernel, const BnPersistShape &s, cudaStream_t stream, bool *launched,
+                                  Args... args) {
+  *launched = false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(s.blocks));
+  cfg.blockDim = dim3(kBnThreads);
+  cfg.dynamicSmemBytes = s.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  if (err == cudaErrorCooperativeLaunchTooLarge) {
+    (void)cudaGetLastError();
+    return cudaSuccess;
+  }
+  *launched = err == cudaSuccess;
+  return err;
 }
 
 }  // namespace fnorm

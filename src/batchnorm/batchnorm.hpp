@@ -7,7 +7,8 @@
 //   bn_cudnn_engine.cpp  the cuDNN engine
 //   bn_nccl.cpp          SyncBatchNorm's NCCL calls
 //   bn_api.cpp           the C entry points
-//   batchnorm.cuh, bn_persistent.cuh, bn_channel_end.cuh, bn_finalize.cu  device code
+//   batchnorm.cuh, bn_persistent.cuh, bn_stream.cuh, bn_one_launch.cuh, bn_channel_end.cuh,
+//   bn_finalize.cu       device code
 #pragma once
 
 #include <initializer_list>
@@ -144,7 +145,7 @@ size_t reserve_for(fnorm_handle *h, const BnCall &c);
 struct BnNativeLaunch {
   NativePlan ws;
   int reduce_pack = 1, apply_pack = 1, persist_pack = 1;
-  bool one_launch = false;  // the one-launch kernel fits (it may still find the device busier)
+  bool one_launch = false;  // persist.kernel is set (its launch may still find the device busier)
   BnPersistShape persist;
   BnReduceShape reduce;
   int64_t apply_main_end = 0;  // elements the widest-pack pass covers (whole mask words)

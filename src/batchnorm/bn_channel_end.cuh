@@ -1,7 +1,8 @@
 // The per-channel end of a BatchNorm reduction, shared by the finalize
-// kernels (bn_finalize.cu) and the single-launch kernels (bn_persistent.cuh):
-// from a channel's totals in double to the saved statistics, running averages,
-// weight gradients and the coefficients of the elementwise pass.
+// kernels (bn_finalize.cu) and the one-launch kernels (bn_persistent.cuh,
+// bn_stream.cuh): from a channel's totals in double to the saved
+// statistics, running averages, weight gradients and the coefficients of
+// the elementwise pass.
 #pragma once
 
 #include <cmath>

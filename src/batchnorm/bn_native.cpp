@@ -1,7 +1,7 @@
 // BatchNorm's native engine: the plan of a launch (BnNativeLaunch: the
 // workspace layout of bn_plan.cpp and every launch shape, cached per handle)
-// and its execution with the generated kernels: the one-launch path for
-// small channels-last problems, else reduce -> per-channel finalize
+// and its execution with the generated kernels: a one-launch kernel for
+// channels-last problems it takes, else reduce -> per-channel finalize
 // (SyncBatchNorm: all-reduce between) -> elementwise pass.
 #include <algorithm>
 #include <initializer_list>
@@ -76,17 +76,18 @@ BnNativeLaunch plan_launch(fnorm_handle *h, const BnPlanKey &k) {
                inst.name);
   }
   if (pb.pass == BnPass::FwdInfer) return L;
-  // Small channels-last problems (no communicator): one launch with the
-  // values in registers (bn_persistent.cuh) when the shape and one wave of
-  // blocks allow it.
+  // Channels-last problems (no communicator): one cooperative launch where
+  // a one-launch kernel takes the shape and its grid fits co-resident
+  // (bn_persistent.cuh's shape_bn_persistent says which kernel).
   if (!pb.sync && sh.group == 1 && L.ws.kind == BnReduceKind::Columns) {
     const BnInstance &inst = instance_or_throw(pb.dtype, L.persist_pack);
     BnPersistParams q;
     q.shape = sh;
     q.max_blocks = L.ws.max_splits;
+    q.epilogue = pb.epilogue;
     const BnPersistFns &fns = forward ? inst.persist_forward : inst.persist_backward;
     check_cuda(fns.shape(q, h->tuning.bn_persist_gather_all, ctx, &L.persist), inst.name);
-    L.one_launch = L.persist.fits;
+    L.one_launch = L.persist.kernel != BnOneLaunch::None;
   }
   // The general path (also where the one-launch kernel finds the device
   // busier than its occupancy said).

@@ -87,13 +87,29 @@ struct BnApplyParams {
 };
 
 struct BnPersistParams;
-// The one-launch kernel's shape: whether the problem fits one co-resident
-// grid, the grid, the column packs per block tile and the combine form.
+// The one-launch kernels: none (the three launches), the one-wave kernel
+// (bn_persistent.cuh: the tensor in registers) or the streaming kernel
+// (bn_stream.cuh).
+enum class BnOneLaunch : int32_t { None = 0, OneWave = 1, Stream = 2 };
+
+// The streaming kernel's layout (bn_stream.cuh says what each part is),
+// fixed by the plan and passed to the kernel as is.
+struct BnStreamGrid {
+  int64_t slabs_per_block = 0;
+  int keep_smem = 0;         // packs per thread and tensor kept in shared memory
+  bool evict_first = false;  // there is a streamed part
+};
+
+// The one-launch shape of a training pass, fixed by the plan: which kernel
+// (if any), its co-resident grid, its combine form and its layout.
 struct BnPersistShape {
-  bool fits = false;
-  bool gather = false;
-  int ncp_log2 = 0;
-  int64_t blocks = 0;
+  BnOneLaunch kernel = BnOneLaunch::None;
+  bool gather = false;     // the combine's form (bn_persistent.cuh)
+  int64_t blocks = 0;      // all co-resident at blocks_per_sm
+  size_t smem = 0;         // dynamic shared memory bytes (streaming: the kept packs)
+  int blocks_per_sm = 0;   // the kernel's occupancy at that smem
+  int ncp_log2 = 0;        // one-wave: column packs per block tile (log2)
+  BnStreamGrid stream;     // streaming
 };
 
 // Each kernel of an instance: `shape` (what the plan asks once, from the
@@ -172,10 +188,11 @@ struct BnFinalizeParams {
   bool global_weight_grads = false;
 };
 
-// The one-launch path (batchnorm/bn_persistent.cuh) for small channels-last
-// problems: training forward (x, z -> y, mask_out) or backward (x, dy, mask_in
-// -> dx, dz), with the per-channel end in f (its coefficients go through the
-// workspace: f.mean, f.xmu_scale, f.shift, backward f.dy_scale).
+// The one-launch paths (batchnorm/bn_persistent.cuh, bn_stream.cuh) for
+// channels-last problems: training forward (x, z -> y, mask_out) or backward
+// (x, dy, mask_in -> dx, dz), with the per-channel end in f (its coefficients
+// go through the workspace: f.mean, f.xmu_scale, f.shift, backward
+// f.dy_scale).
 struct BnPersistParams {
   BnShape shape;
   const void *x = nullptr;

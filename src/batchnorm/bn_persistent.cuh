@@ -5,7 +5,9 @@
 // (cooperative launch), every block adds all blocks' sums in double, and the
 // elementwise part runs on the values still in registers. For such sizes the
 // three dependent launches of the general path (reduce, finalize, apply) cost
-// more than the memory traffic; here x (and dy) are read once.
+// more than the memory traffic; here x (and dy) are read once. Larger
+// channels-last forwards may take the streaming kernel (bn_stream.cuh;
+// shape_bn_persistent at the end says which).
 //
 // Thread (r, cp) of a block owns PACK columns [cp * PACK, cp * PACK + PACK)
 // and rows base + r + i * rpi, i < K (rpi = 256 / ncp row slices). A warp
@@ -44,15 +46,13 @@
 
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
+#include "batchnorm/bn_one_launch.cuh"
+#include "batchnorm/bn_stream.cuh"
 
 namespace fnorm {
 
 // Packs per thread kept in registers.
-#ifndef FNORM_BN_PERSIST_K
-#define FNORM_BN_PERSIST_K 8
-#endif
-constexpr int kBnPersistK = FNORM_BN_PERSIST_K;
-constexpr int64_t kBnGatherMax = 8192;  // grid * width (see above)
+constexpr int kBnPersistK = 8;
 
 // Blocks per SM asked of the compiler (0: none asked): the grid must be
 // co-resident, so occupancy bounds the problems this path takes. The fp16
@@ -64,66 +64,64 @@ constexpr int64_t kBnGatherMax = 8192;  // grid * width (see above)
 template <typename T, bool BWD>
 constexpr int bn_persistent_min_blocks() { return !BWD && std::is_same_v<T, __half> ? 3 : 0; }
 
-// GATHER: the combine's form (see above), a kernel of its own so that each
-// form gets its own registers and occupancy.
-template <typename T, int PACK, bool BWD, bool GATHER>
-__global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>()))
-    bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
+// A thread's place in the one-wave kernel (see the top of the file): PACK
+// columns from col, rows row(i) = row0 + i * rpi for i < kBnPersistK, in row
+// slice r of the block's rpi.
+struct BnOneWaveThread {
+  int ncp, rpi, r, col;
+  int64_t row0, rows, width;
+  __device__ __forceinline__ int64_t row(int i) const { return row0 + static_cast<int64_t>(i) * rpi; }
+};
+
+// The thread's packs, loaded once and kept until the elementwise step: x
+// (and dy with its mask bits, backward).
+template <typename T, int PACK, bool BWD>
+struct BnOneWaveRegs {
+  Pack<T, PACK> xr[kBnPersistK], gr[kBnPersistK];
+  uint32_t bits[kBnPersistK];
+};
+
+// Loads the thread's packs and returns its sums in a, b (forward: of x - K,
+// K the channel's row-0 value; backward: of g and g * (x - mean), g the
+// masked dy).
+template <typename T, int PACK, bool BWD>
+__device__ __forceinline__ void bn_one_wave_load(const BnPersistParams &p, const BnOneWaveThread &th,
+                                                 BnOneWaveRegs<T, PACK, BWD> &v, float (&a)[PACK],
+                                                 float (&b)[PACK]) {
   using Raw = Pack<T, PACK>;
   constexpr int K = kBnPersistK;
-  __shared__ float sa[kBnThreads * PACK];
-  __shared__ float sb[kBnThreads * PACK];
-  __shared__ double da[kBnThreads];
-  __shared__ double db[kBnThreads];
-  __shared__ BnCoefs coef[kBnThreads];  // per column (width <= 256)
-
-  const int ncp = 1 << ncp_log2;
-  const int rpi = kBnThreads >> ncp_log2;
-  const int cp = threadIdx.x & (ncp - 1);
-  const int r = threadIdx.x >> ncp_log2;
-  const int64_t width = p.shape.width;  // == ncp * PACK
-  const int64_t rows = p.shape.rows;
-  const int col = cp * PACK;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rpi * K + r;
   const T *x = static_cast<const T *>(p.x);
   const T *dy = static_cast<const T *>(p.dy);
-
-  // ---- load and per-thread sums -------------------------------------------
-  Raw xr[K], gr[K];
-  uint32_t bits[K];
-  float a[PACK], b[PACK], ref[PACK];
+  float ref[PACK];
 #pragma unroll
   for (int k = 0; k < PACK; ++k) a[k] = b[k] = 0.f;
   if constexpr (BWD) {
 #pragma unroll
-    for (int k = 0; k < PACK; ++k) ref[k] = p.f.in_mean[col + k];
+    for (int k = 0; k < PACK; ++k) ref[k] = p.f.in_mean[th.col + k];
   } else {
-    load_pack<T, PACK>(x + col, ref);  // row 0: the shift
+    load_pack<T, PACK>(x + th.col, ref);  // row 0: the shift
   }
-  // Channel threadIdx.x's shift for the combine below, read before the grid
-  // barrier: y may be x itself, and row 0 is overwritten after it.
-  const float shift = !BWD && threadIdx.x < width ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    const int64_t m = row0 + static_cast<int64_t>(i) * rpi;
-    bits[i] = 0u;
-    if (m < rows) {
-      xr[i] = *reinterpret_cast<const Raw *>(x + m * width + col);
+    const int64_t m = th.row(i);
+    v.bits[i] = 0u;
+    if (m < th.rows) {
+      v.xr[i] = *reinterpret_cast<const Raw *>(x + m * th.width + th.col);
       if constexpr (BWD) {
-        gr[i] = *reinterpret_cast<const Raw *>(dy + m * width + col);
-        if (p.mask_in != nullptr) bits[i] = read_mask_bits<PACK>(p.mask_in, m * width + col);
+        v.gr[i] = *reinterpret_cast<const Raw *>(dy + m * th.width + th.col);
+        if (p.mask_in != nullptr) v.bits[i] = read_mask_bits<PACK>(p.mask_in, m * th.width + th.col);
       }
     }
   }
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    if (row0 + static_cast<int64_t>(i) * rpi >= rows) continue;
+    if (th.row(i) >= th.rows) continue;
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
-      const float d = Convert<T>::to_float(xr[i].v[k]) - ref[k];
+      const float d = Convert<T>::to_float(v.xr[i].v[k]) - ref[k];
       if constexpr (BWD) {
-        float g = Convert<T>::to_float(gr[i].v[k]);
-        if (p.mask_in != nullptr && !((bits[i] >> k) & 1u)) g = 0.f;
+        float g = Convert<T>::to_float(v.gr[i].v[k]);
+        if (p.mask_in != nullptr && !((v.bits[i] >> k) & 1u)) g = 0.f;
         a[k] += g;
         b[k] += g * d;
       } else {
@@ -132,108 +130,28 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
       }
     }
   }
+}
 
-  // ---- block fold (fixed order) and this block's partials ------------------
-#pragma unroll
-  for (int k = 0; k < PACK; ++k) {
-    sa[threadIdx.x * PACK + k] = a[k];
-    sb[threadIdx.x * PACK + k] = b[k];
-  }
-  for (int stride = rpi >> 1; stride > 0; stride >>= 1) {
-    __syncthreads();
-    if (r < stride) {
-      const int o = threadIdx.x + stride * ncp;
-#pragma unroll
-      for (int k = 0; k < PACK; ++k) {
-        a[k] += sa[o * PACK + k];
-        b[k] += sb[o * PACK + k];
-        sa[threadIdx.x * PACK + k] = a[k];
-        sb[threadIdx.x * PACK + k] = b[k];
-      }
-    }
-  }
-  if (r == 0) {
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) {
-      p.part_moment1[static_cast<int64_t>(blockIdx.x) * width + col + k] = a[k];
-      p.part_moment2[static_cast<int64_t>(blockIdx.x) * width + col + k] = b[k];
-    }
-  }
-  cooperative_groups::this_grid().sync();
-
-  if constexpr (!GATHER) {
-    // ---- column j's totals once, by block j % grid ----------------------------
-    const int G = static_cast<int>(gridDim.x);
-    for (int j = static_cast<int>(blockIdx.x); j < width; j += G) {
-      double s1 = 0.0, s2 = 0.0;
-      for (int g = threadIdx.x; g < G; g += kBnThreads) {
-        s1 += __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j);
-        s2 += __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j);
-      }
-      da[threadIdx.x] = s1;
-      db[threadIdx.x] = s2;
-      for (int stride = kBnThreads >> 1; stride > 0; stride >>= 1) {
-        __syncthreads();
-        if (threadIdx.x < stride) {
-          da[threadIdx.x] += da[threadIdx.x + stride];
-          db[threadIdx.x] += db[threadIdx.x + stride];
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        const double n = static_cast<double>(rows);
-        const double S1 = da[0], S2 = db[0];
-        if constexpr (BWD) {
-          finish_bwd(p.f, j, n, S1, S2, true);
-        } else {
-          // Row 0 is still x here (y, possibly x itself, is written after
-          // the second barrier).
-          const double mean = static_cast<double>(Convert<T>::to_float(x[j])) + S1 / n;
-          finish_fwd(p.f, j, n, mean, fmax(S2 - S1 * S1 / n, 0.0));
-        }
-      }
-      __syncthreads();  // da / db are reused for the next column
-    }
-    cooperative_groups::this_grid().sync();
-    if (threadIdx.x < width) {
-      BnCoefs q;
-      q.mean = __ldcg(p.f.mean + threadIdx.x);
-      q.xmu_scale = __ldcg(p.f.xmu_scale + threadIdx.x);
-      q.shift = __ldcg(p.f.shift + threadIdx.x);
-      q.dy_scale = BWD ? __ldcg(p.f.dy_scale + threadIdx.x) : 0.f;
-      coef[threadIdx.x] = q;
-    }
-    __syncthreads();
-    // (every finish_fwd read the counter for the cumulative average before
-    // the barrier.)
-    if (!BWD && p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
-      *p.num_batches_tracked += 1;
-  } else {
-    // ---- every block: all blocks' sums per column, in double ---------------
-    const int j = threadIdx.x & static_cast<int>(width - 1);
-    const int lanes = kBnThreads / static_cast<int>(width);  // threads per column
-    // kU independent loads in flight per thread (a dependent chain of L2
-    // round trips here cost more than the rest of the kernel).
-    constexpr int kU = 8;
+// Owner combine: column j's totals once, by block j % grid (its threads over
+// the blocks' partials, in a fixed order), which writes the channel's
+// outputs and coefficients (p.f's workspace); then a second grid barrier,
+// and every block reads the coefficients of all columns into coef. (x,
+// width and rows are the kernel's: read from p here, they changed ptxas's
+// choices, e.g. the fp16 4-element-pack backward went from 80 registers to
+// 112, 3 to 2 blocks per SM.)
+template <typename T, bool BWD>
+__device__ __forceinline__ void bn_one_wave_combine_owner(const BnPersistParams &p, const T *x, int64_t width,
+                                                          int64_t rows, double *da, double *db, BnCoefs *coef) {
+  const int G = static_cast<int>(gridDim.x);
+  for (int j = static_cast<int>(blockIdx.x); j < width; j += G) {
     double s1 = 0.0, s2 = 0.0;
-    for (int g0 = threadIdx.x / static_cast<int>(width); g0 < static_cast<int>(gridDim.x); g0 += kU * lanes) {
-      float va[kU], vb[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int g = g0 + u * lanes;
-        const bool ok = g < static_cast<int>(gridDim.x);
-        va[u] = ok ? __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j) : 0.f;
-        vb[u] = ok ? __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j) : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        s1 += va[u];
-        s2 += vb[u];
-      }
+    for (int g = threadIdx.x; g < G; g += kBnThreads) {
+      s1 += __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j);
+      s2 += __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j);
     }
     da[threadIdx.x] = s1;
     db[threadIdx.x] = s2;
-    for (int stride = kBnThreads >> 1; stride >= static_cast<int>(width); stride >>= 1) {
+    for (int stride = kBnThreads >> 1; stride > 0; stride >>= 1) {
       __syncthreads();
       if (threadIdx.x < stride) {
         da[threadIdx.x] += da[threadIdx.x + stride];
@@ -241,83 +159,130 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
       }
     }
     __syncthreads();
-    if (threadIdx.x < width) {
+    if (threadIdx.x == 0) {
       const double n = static_cast<double>(rows);
-      const double S1 = da[threadIdx.x], S2 = db[threadIdx.x];
+      const double S1 = da[0], S2 = db[0];
       if constexpr (BWD) {
-        coef[threadIdx.x] = bwd_coefs(p.f, threadIdx.x, n, S1, S2);
-        if (blockIdx.x == 0) finish_bwd(p.f, threadIdx.x, n, S1, S2, true);
+        finish_bwd(p.f, j, n, S1, S2, true);
       } else {
-        const double mean = static_cast<double>(shift) + S1 / n;
-        const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
-        coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
-        if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
+        // Row 0 is still x here (y, possibly x itself, is written after
+        // the second barrier).
+        const double mean = static_cast<double>(Convert<T>::to_float(x[j])) + S1 / n;
+        finish_fwd(p.f, j, n, mean, fmax(S2 - S1 * S1 / n, 0.0));
       }
     }
-    __syncthreads();
-    // (finish_fwd reads the counter for the cumulative average first.)
-    if (!BWD && p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
-      *p.num_batches_tracked += 1;
+    __syncthreads();  // da / db are reused for the next column
   }
+  cooperative_groups::this_grid().sync();
+  if (threadIdx.x < width) {
+    BnCoefs q;
+    q.mean = __ldcg(p.f.mean + threadIdx.x);
+    q.xmu_scale = __ldcg(p.f.xmu_scale + threadIdx.x);
+    q.shift = __ldcg(p.f.shift + threadIdx.x);
+    q.dy_scale = BWD ? __ldcg(p.f.dy_scale + threadIdx.x) : 0.f;
+    coef[threadIdx.x] = q;
+  }
+  __syncthreads();
+}
 
-  // ---- elementwise on the values in registers ------------------------------
-  float cm[PACK], xmu_scale[PACK], cshift[PACK], dy_scale[PACK];
+// The elementwise step on the packs in registers, with the coefficients of
+// the thread's columns (coef, per column).
+template <typename T, int PACK, bool BWD>
+__device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, const BnOneWaveThread &th,
+                                                  const BnOneWaveRegs<T, PACK, BWD> &v, const BnCoefs *coef) {
+  using Vec = BnVec<T, PACK>;
+  constexpr int K = kBnPersistK;
+  BnPackCoefs<PACK> q;
 #pragma unroll
   for (int k = 0; k < PACK; ++k) {
-    const BnCoefs q = coef[col + k];
-    cm[k] = q.mean;
-    xmu_scale[k] = q.xmu_scale;
-    cshift[k] = q.shift;
-    dy_scale[k] = q.dy_scale;
+    const BnCoefs c = coef[th.col + k];
+    q.c[kBnMean][k] = c.mean;
+    q.c[kBnXmuScale][k] = c.xmu_scale;
+    q.c[kBnShift][k] = c.shift;
+    q.c[kBnDyScale][k] = BWD ? c.dy_scale : 0.f;
   }
-  const bool add = p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU;
-  const bool relu = p.epilogue != FNORM_BN_EPILOGUE_NONE;
+  const BnForwardOp<T, PACK> fop{p.epilogue == FNORM_BN_EPILOGUE_ADD_RELU, p.epilogue != FNORM_BN_EPILOGUE_NONE};
+  const BnBackwardOp<T, PACK> bop{p.mask_in != nullptr};
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    const int64_t m = row0 + static_cast<int64_t>(i) * rpi;
-    const bool active = m < rows;
-    const int64_t e = m * width + col;
+    const int64_t m = th.row(i);
+    const bool active = m < th.rows;
+    const int64_t e = m * th.width + th.col;
+    float x[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) x[k] = Convert<T>::to_float(v.xr[i].v[k]);
     if constexpr (BWD) {
       if (active) {
-        float v[PACK], g[PACK];
+        float g[PACK];
 #pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          g[k] = Convert<T>::to_float(gr[i].v[k]);
-          if (p.mask_in != nullptr && !((bits[i] >> k) & 1u)) g[k] = 0.f;
-          v[k] = g[k] * dy_scale[k] + (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.dx) + e, v);
-        if (p.dz != nullptr && p.mask_in != nullptr) store_pack<T, PACK>(static_cast<T *>(p.dz) + e, g);
+        for (int k = 0; k < PACK; ++k) g[k] = Convert<T>::to_float(v.gr[i].v[k]);
+        Vec::store(static_cast<T *>(p.dx) + e, bop(x, g, v.bits[i], q));
+        if (p.dz != nullptr && bop.masked) Vec::store(static_cast<T *>(p.dz) + e, Vec::narrow(g));
       }
     } else {
       uint32_t mbits = 0;
       if (active) {
-        float v[PACK], zv[PACK];
-        if (add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          v[k] = (Convert<T>::to_float(xr[i].v[k]) - cm[k]) * xmu_scale[k] + cshift[k];
-          if (add) v[k] += zv[k];
-          if (relu) {
-            v[k] = v[k] <= 0.f ? 0.f : v[k];  // NaN stays NaN
-            mbits |= static_cast<uint32_t>(round_to<T>(v[k]) > 0.f) << k;
-          }
-        }
-        store_pack<T, PACK>(static_cast<T *>(p.y) + e, v);
+        float zv[PACK];
+        if (fop.add) load_pack<T, PACK>(static_cast<const T *>(p.z) + e, zv);
+        typename Vec::Raw out;
+        mbits = fop(x, zv, q, out);
+        Vec::store(static_cast<T *>(p.y) + e, out);
       }
       if (p.mask_out != nullptr) store_mask_word<PACK>(p.mask_out, e, mbits, active);
     }
   }
 }
 
-// Whether the whole problem fits one co-resident grid of the one-launch
-// kernel, and its grid and combine form (gather_all: the gather form at any
-// size). Assumptions (of a shape that fits): group == 1, width == ncp * PACK
-// with ncp a power of two <= 32, pointers aligned to PACK elements,
-// p.part_moment1 / part_moment2 hold p.max_blocks rows of width floats.
+// GATHER: the combine's form (see above), a kernel of its own so that each
+// form gets its own registers and occupancy.
+template <typename T, int PACK, bool BWD, bool GATHER>
+__global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>()))
+    bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
+  __shared__ float sa[kBnThreads * PACK];
+  __shared__ float sb[kBnThreads * PACK];
+  __shared__ double da[kBnThreads];
+  __shared__ double db[kBnThreads];
+  __shared__ BnCoefs coef[kBnThreads];  // per column (width <= 256)
+
+  BnOneWaveThread th;
+  th.ncp = 1 << ncp_log2;
+  th.rpi = kBnThreads >> ncp_log2;
+  th.r = threadIdx.x >> ncp_log2;
+  th.col = (threadIdx.x & (th.ncp - 1)) * PACK;
+  th.width = p.shape.width;  // == ncp * PACK
+  th.rows = p.shape.rows;
+  th.row0 = static_cast<int64_t>(blockIdx.x) * th.rpi * kBnPersistK + th.r;
+  const T *x = static_cast<const T *>(p.x);
+
+  // Column threadIdx.x's shift for the gather combine, read before the grid
+  // barrier: y may be x itself, and row 0 is overwritten after it.
+  const float shift = !BWD && threadIdx.x < th.width ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
+  BnOneWaveRegs<T, PACK, BWD> v;
+  float a[PACK], b[PACK];
+  bn_one_wave_load<T, PACK, BWD>(p, th, v, a, b);
+  bn_block_partials<PACK>(p, a, b, th.col, th.r, th.ncp, th.rpi, sa, sb);
+  cooperative_groups::this_grid().sync();
+  if constexpr (GATHER) {
+    bn_combine_gather<BWD>(p, shift, da, db, coef);
+  } else {
+    bn_one_wave_combine_owner<T, BWD>(p, x, th.width, th.rows, da, db, coef);
+  }
+  // (Every finish_fwd read the counter for the cumulative average before
+  // the last barrier.)
+  if (!BWD && p.num_batches_tracked != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+    *p.num_batches_tracked += 1;
+  bn_one_wave_apply<T, PACK, BWD>(p, th, v, coef);
+}
+
+// The one-wave kernel's shape where the whole problem fits one co-resident
+// grid of it (else none): its grid and combine form (gather_all: the gather
+// form at any size). Assumptions (of a shape that fits): group == 1, width ==
+// ncp * PACK with ncp a power of two <= 32, pointers aligned to PACK
+// elements, p.part_moment1 / part_moment2 hold p.max_blocks rows of width
+// floats.
 template <typename T, int PACK, bool BWD>
-cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
-                                BnPersistShape *s) {
+cudaError_t shape_bn_one_wave(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+                              BnPersistShape *s) {
   *s = BnPersistShape{};
   const int64_t packs = p.shape.width / PACK;
   if (p.shape.group != 1 || p.shape.width % PACK != 0 || packs > 32 || (packs & (packs - 1)) != 0)
@@ -333,38 +298,57 @@ cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const
   cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
   if (blocks > static_cast<int64_t>(occ) * ctx.dev.sm_count) return cudaSuccess;
-  s->fits = true;
+  s->kernel = BnOneLaunch::OneWave;
   s->blocks = blocks;
+  s->blocks_per_sm = occ;
   s->ncp_log2 = ncp_log2;
   s->gather = gather;
   return cudaSuccess;
 }
 
-// Launches the one-launch kernel with a shape that fits; *launched says
-// whether it did (if not, the caller runs the general path).
+// Where the streaming kernel runs instead of the three launches: training
+// forwards of 16-bit types without the addend, fp16 up to kBnStreamMaxBytes,
+// bf16 at every size. H100 (bench/NOTES.md "BatchNorm round 3", RELU, us,
+// streaming vs three launches): fp16 51 MB 66.4 vs 76.6, 205 MB 251.9 vs
+// 249.0; bf16 51 MB 66.0 vs 81.3, 205 MB 250.8 vs 272.5; ADD_RELU (z read in
+// the second pass) 323.6 vs 299.5 at 205 MB.
+constexpr int64_t kBnStreamMaxBytes = int64_t{64} << 20;
+template <typename T>
+bool bn_stream_takes(const BnPersistParams &p) {
+  const int64_t bytes = p.shape.elements() * static_cast<int64_t>(sizeof(T));
+  return p.epilogue != FNORM_BN_EPILOGUE_ADD_RELU && (std::is_same_v<T, __nv_bfloat16> || bytes <= kBnStreamMaxBytes);
+}
+
+// The one-launch shape of a training pass (the plan's, bn_native.cpp): the
+// one-wave kernel where the tensor fits it (faster than the streaming kernel
+// there: 26.6 vs 37.6 us at [128, 256, 14, 14], fp16 RELU, H100), else the
+// streaming kernel where bn_stream_takes and its grid is full
+// (shape_bn_stream), else none (the three launches).
+template <typename T, int PACK, bool BWD>
+cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+                                BnPersistShape *s) {
+  const cudaError_t err = shape_bn_one_wave<T, PACK, BWD>(p, gather_all, ctx, s);
+  if (err != cudaSuccess || s->kernel != BnOneLaunch::None) return err;
+  if constexpr (!BWD && sizeof(T) == 2) {
+    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK>(p, gather_all, ctx, s);
+  }
+  return cudaSuccess;
+}
+
+// Launches the planned one-launch kernel (s.kernel != None); *launched says
+// whether it ran (if not, the caller runs the three launches).
 template <typename T, int PACK, bool BWD>
 cudaError_t launch_bn_persistent(const BnPersistParams &p, const BnPersistShape &s, cudaStream_t stream,
                                  bool *launched) {
   *launched = false;
-  auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(s.blocks));
-  cfg.blockDim = dim3(kBnThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, s.ncp_log2);
-  if (err == cudaErrorCooperativeLaunchTooLarge) {
-    // Fewer SMs than the device reports (MPS limits, green contexts): the
-    // caller runs the general path.
-    (void)cudaGetLastError();
-    return cudaSuccess;
+  if (s.kernel == BnOneLaunch::OneWave) {
+    auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
+    return launch_bn_cooperative(kernel, s, stream, launched, p, s.ncp_log2);
   }
-  *launched = err == cudaSuccess;
-  return err;
+  if constexpr (!BWD && sizeof(T) == 2) {
+    if (s.kernel == BnOneLaunch::Stream) return launch_bn_stream<T, PACK>(p, s, stream, launched);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace fnorm

@@ -31,7 +31,9 @@ FNORM_PROPERTY_SEED=N repeats a run (the seed is printed first; each
 failure prints the line that reruns it alone); FNORM_PROPERTY_CASES (default
 1000; about 20 s on an H200 host) sets the number of random cases,
 which follow pinned ones (negative case numbers: PINNED_LINEAR,
-PINNED_NORM, PINNED_ONE_COLUMN); FNORM_PROPERTY_CASE=i runs case i only.
+PINNED_NORM, PINNED_ONE_COLUMN); FNORM_PROPERTY_CASE=i runs case i only;
+FNORM_PROPERTY_OPS=batchnorm[,norm,linear] runs only those ops' cases (case
+i is the same case with or without it: ops take turns by case number).
 Exit 77 (skip) without PyTorch or a GPU; 1 when a case fails.
 """
 from __future__ import annotations
@@ -79,6 +81,7 @@ BN_DX_TOL = {FP32: 1e-4, FP16: 5e-3, BF16: 3e-2}
 SEED = int(os.environ.get("FNORM_PROPERTY_SEED") or random.SystemRandom().randrange(1, 2 ** 31))
 N_CASES = int(os.environ.get("FNORM_PROPERTY_CASES", "1000"))
 ONLY = os.environ.get("FNORM_PROPERTY_CASE")
+ONLY_OPS = set(filter(None, os.environ.get("FNORM_PROPERTY_OPS", "").split(",")))
 # Elements of the largest tensor of a case: keeps the float64 references and
 # the whole run within about a minute.
 MAX_ELEMS = 1 << 21
@@ -680,6 +683,11 @@ OPS = [("norm", norm_case), ("batchnorm", bn_case), ("linear", linear_case)]
 
 
 def main() -> int:
+    unknown = ONLY_OPS - {name for name, _ in OPS}
+    if unknown:
+        print(f"FNORM_PROPERTY_OPS: no op named {', '.join(sorted(unknown))} (ops: "
+              f"{', '.join(name for name, _ in OPS)})", flush=True)
+        return 99
     print(f"property: seed {SEED} (FNORM_PROPERTY_SEED={SEED} repeats this run), {N_CASES} cases; "
           f"{torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
     master = random.Random(SEED)
@@ -696,6 +704,8 @@ def main() -> int:
         # Negative indices: the pinned cases, then the random ones.
         r = random.Random(case_seeds[i] if i >= 0 else i)
         name, fnc = OPS[i % len(OPS)] if i >= 0 else pinned[i]
+        if ONLY_OPS and name not in ONLY_OPS:
+            continue
         CASE["desc"] = ""
         try:
             fnc(r)
