@@ -52,8 +52,9 @@ FNORM_REF_HD inline double fp8_round(double t, Fp8Format f) {
   if (t != t) return NAN;
   const double a = std::fmin(std::fabs(t), f.max);
   const int min_exp = 1 - f.bias;  // exponent of the smallest normal
-  int e = min_exp;
-  while (e < 30 && std::ldexp(1.0, e + 1) <= a) ++e;  // a in [2^e, 2^(e+1)) or subnormal
+  int e = 0;
+  (void)std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  e = a == 0.0 || e - 1 < min_exp ? min_exp : e - 1;  // the binade of a, or the subnormal range
   const double step = std::ldexp(1.0, e - f.mant);
   const double k = a / step;  // exact: a is a float and step a power of two
   double n = std::floor(k);
