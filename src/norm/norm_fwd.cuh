@@ -496,12 +496,12 @@ inline void row_blocks_shape(const NormFwdParams &p, const DeviceContext &ctx, i
 // The plan's launch shape of an instance (norm/norm_plan.cpp): the grid and,
 // for the one-block-per-row tiers, the block size by occupancy, from the
 // parameters' rows, cols, tier fields and grid_per_row; blocks_per_sm is
-// what the planner decides the grid from (0: no block fits an SM).
-// QUANT: the kernel writing quantized codes (StoreQuant) instead of T.
-template <typename T, int PACK, Tier TIER, int NPACK, bool QUANT>
+// what the planner decides the grid from (0: no block fits an SM). The
+// quantized twin (launch_norm_fwd<..., true>) launches with this shape too.
+template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, LaunchShape *s) {
   using Load = LoadRow<T, PACK>;
-  using Store = std::conditional_t<QUANT, StoreQuant<T, PACK>, StoreAffine<T, PACK>>;
+  using Store = StoreAffine<T, PACK>;
   *s = LaunchShape{};
   if constexpr (TIER == Tier::Warp) {
     auto kernel = norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
@@ -536,6 +536,34 @@ cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, Lau
     if (err != cudaSuccess) return err;
     row_blocks_shape(p, ctx, block, occ, smem, s);
   }
+  return cudaSuccess;
+}
+
+// The quantized twin's launch shape: the plain kernel's, so that the same
+// blocks reduce the rows in the same order and v is bit for bit what
+// fnorm_norm_fwd computes (the twin has the same launch bounds: any block
+// the plain kernel takes, it takes). Its own occupancy is asked at that
+// shape, which also raises its dynamic shared memory limit as the plain
+// kernel's was (the shared-memory tier).
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t shape_norm_fwd_quant(const NormFwdParams &p, const DeviceContext &ctx, LaunchShape *s) {
+  cudaError_t err = shape_norm_fwd<T, PACK, TIER, NPACK>(p, ctx, s);
+  if (err != cudaSuccess) return err;
+  using Load = LoadRow<T, PACK>;
+  using Store = StoreQuant<T, PACK>;
+  const void *kernel;
+  if constexpr (TIER == Tier::Warp) {
+    kernel = reinterpret_cast<const void *>(norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    kernel = reinterpret_cast<const void *>(norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>);
+  } else {
+    kernel = TIER == Tier::BlockSmem ? reinterpret_cast<const void *>(norm_fwd_smem_kernel<T, PACK, Load, Store>)
+                                     : reinterpret_cast<const void *>(norm_fwd_uncached_kernel<T, PACK, Load, Store>);
+  }
+  int occ = 0;
+  err = cached_occupancy(ctx.occupancy, kernel, s->block, s->smem, &occ);
+  if (err != cudaSuccess) return err;
+  if (occ == 0) s->blocks_per_sm = 0;  // the planner reports a block that fits no SM
   return cudaSuccess;
 }
 

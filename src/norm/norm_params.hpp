@@ -124,7 +124,8 @@ struct NormFwdInstance {
   int npack;
   NormFwdShapeFn shape;
   NormFwdLaunchFn launch;
-  // The same kernel writing y as quantized codes (fnorm_norm_fwd_quant).
+  // The same kernel writing y as quantized codes (fnorm_norm_fwd_quant):
+  // its shape is `shape`'s (norm_fwd.cuh: shape_norm_fwd_quant).
   NormFwdShapeFn quant_shape;
   NormFwdLaunchFn launch_quant;
   const char *name;

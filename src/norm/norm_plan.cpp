@@ -373,9 +373,8 @@ const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pac
     const DeviceContext ctx = device_context(h);
     NormFwdPlan plan = plan_norm_fwd(pb, pack, ctx, pb.rms(), pb.has(kNormResidual));
     apply_fwd_tuning(pb, pack, ctx.dev, h->tuning.norm_fwd, plan);
-    // The tier comes from the plain kernel's occupancy; a quantized output
-    // launches its twin with the twin's own shape (the problem's out_dtype
-    // keeps the two plans apart in the cache).
+    // A quantized output (the problem's out_dtype keeps its plans apart in
+    // the cache) launches the instance's twin, with the plain kernel's shape.
     const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
     check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
     if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);

@@ -116,7 +116,8 @@ class RenderTest(unittest.TestCase):
             cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
             # Every instance twice: y in x's dtype, and y quantized.
             self.assertEqual(cu.count("launch_norm_fwd<__half,"), 2 * len(insts))
-            self.assertEqual(cu.count("shape_norm_fwd<__half,"), 2 * len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd_quant<__half,"), len(insts))
             self.assertEqual(cu.count(", true>(p, s, stream)"), len(insts))
             bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
             cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
