@@ -56,7 +56,7 @@ QDTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "int8": torch
 FN_QDTYPES = {"e4m3": fn.DType.FLOAT8_E4M3, "e5m2": fn.DType.FLOAT8_E5M2, "int8": fn.DType.INT8}
 # The LLM grid of the shapes issue (bf16), and the 49152-row sweep at a few columns.
 LLM_ROWS, LLM_COLS = (1024, 4096, 16384), (2048, 4096, 8192)
-SWEEP_COLS = (1024, 4096, 8192)
+SWEEP_COLS = (4096, 8192)  # the grid's columns: no compile of its own
 
 
 def plan(quick: bool):
@@ -66,7 +66,7 @@ def plan(quick: bool):
     for r, c in grid:
         out.append(("rmsnorm_fwd_quant", "e4m3", False, r, c))
         out.append(("rmsnorm_fwd_quant", "e4m3", True, r, c))
-    for r, c in ((4096, 4096), (16384, 4096), (49152, 4096)):
+    for r, c in ((4096, 4096), (16384, 4096)):
         out.append(("layernorm_fwd_quant", "e4m3", False, r, c))
         out.append(("rmsnorm_residual_fwd_quant", "e4m3", True, r, c))
         out.append(("rmsnorm_fwd_quant", "int8", True, r, c))
