@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"fusednorm"
-	"fusednorm/devmem"
+	"github.com/libfusednorm/libfusednorm/bindings/go"
+	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
 )
 
 // fp8Value is an FP8 code's value by the OCP definition (mant 3: E4M3,
