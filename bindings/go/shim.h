@@ -48,11 +48,11 @@ fnorm_status_t gofn_norm_fwd(fnorm_handle_t handle, uintptr_t stream, fnorm_norm
 fnorm_status_t gofn_norm_fwd_quant_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
                                                   fnorm_tensor_desc_t x_desc,
                                                   fnorm_tensor_desc_t y_desc,
-                                                  fnorm_quant_scaling_t scaling, size_t *bytes,
-                                                  char **msg);
+                                                  fnorm_quant_scaling_t scaling,
+                                                  size_t *workspace_bytes, char **msg);
 fnorm_status_t gofn_norm_fwd_quant_scale_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
                                               fnorm_tensor_desc_t x_desc,
-                                              fnorm_quant_scaling_t scaling, size_t *bytes,
+                                              fnorm_quant_scaling_t scaling, size_t *scale_bytes,
                                               char **msg);
 fnorm_status_t gofn_norm_fwd_quant(fnorm_handle_t handle, uintptr_t stream, fnorm_norm_desc_t norm,
                                    fnorm_tensor_desc_t x_desc, uintptr_t x, uintptr_t residual,
