@@ -114,11 +114,20 @@ typedef enum fnorm_status {
   FNORM_STATUS_NCCL_ERROR = 5003
 } fnorm_status_t;
 
-/** Element types. Values are explicit and never renumbered. */
+/** Element types. Values are explicit and never renumbered. The one-byte
+ *  types are quantized outputs: only fnorm_norm_fwd_quant's y_desc may
+ *  carry them (any other descriptor argument with one is BAD_PARAM_SHAPE). */
 typedef enum fnorm_dtype {
   FNORM_DTYPE_FLOAT32 = 0,
   FNORM_DTYPE_FLOAT16 = 1,
-  FNORM_DTYPE_BFLOAT16 = 2
+  FNORM_DTYPE_BFLOAT16 = 2,
+  /** OCP FP8 E4M3 (torch.float8_e4m3fn): bias 7, no infinities, NaN is
+   *  S.1111.111, largest finite 448. */
+  FNORM_DTYPE_FLOAT8_E4M3 = 3,
+  /** OCP FP8 E5M2 (torch.float8_e5m2): bias 15, IEEE-like, largest finite 57344. */
+  FNORM_DTYPE_FLOAT8_E5M2 = 4,
+  /** Signed 8-bit integers (symmetric quantization: codes -127..127). */
+  FNORM_DTYPE_INT8 = 5
 } fnorm_dtype_t;
 
 /** Normalization over the last dimensions of a tensor. */
@@ -335,6 +344,99 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
                                         fnorm_tensor_desc_t y_desc, void *y,
                                         float *mean, float *rstd,
                                         void *workspace, size_t workspace_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Normalization forward with a quantized output (FP8 / INT8)               */
+/* ------------------------------------------------------------------------ */
+
+/** How a quantized output is scaled. Values are explicit and never renumbered. */
+typedef enum fnorm_quant_scaling {
+  /** Static: one fp32 scale for the whole tensor, given by the caller. */
+  FNORM_QUANT_SCALING_PER_TENSOR = 0,
+  /** Dynamic: one fp32 scale per row (token), computed and written by the
+   *  launch from the row's largest magnitude. */
+  FNORM_QUANT_SCALING_PER_TOKEN = 1
+} fnorm_quant_scaling_t;
+
+/** Scratch bytes fnorm_norm_fwd_quant needs for these arguments (0 today; ask
+ *  anyway). Validates the descriptors and the scaling as the launch does;
+ *  touches no GPU. Returns as fnorm_norm_fwd_quant's validation. */
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant_workspace_size(fnorm_handle_t handle,
+                                                             fnorm_norm_desc_t norm,
+                                                             fnorm_tensor_desc_t x_desc,
+                                                             fnorm_tensor_desc_t y_desc,
+                                                             fnorm_quant_scaling_t scaling,
+                                                             size_t *workspace_bytes);
+
+/** Bytes of fnorm_norm_fwd_quant's `scale` argument: 4 (PER_TENSOR: one
+ *  fp32) or 4 * rows (PER_TOKEN: one fp32 per row, rows = the product of
+ *  x's dimensions before the normalized ones). The amax output is always
+ *  one fp32. Validates norm, x_desc and scaling; touches no GPU.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM; BAD_PARAM_SHAPE. */
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant_scale_size(fnorm_handle_t handle,
+                                                         fnorm_norm_desc_t norm,
+                                                         fnorm_tensor_desc_t x_desc,
+                                                         fnorm_quant_scaling_t scaling,
+                                                         size_t *scale_bytes);
+
+/** Normalization forward (as fnorm_norm_fwd, with and without the residual
+ *  add; sum, mean and rstd as there) writing y quantized in one pass.
+ *
+ *  Let v be the fp32 value fnorm_norm_fwd would round to x's dtype (the
+ *  normalized value after gamma and beta), and M the format's largest
+ *  magnitude: 448 (FLOAT8_E4M3), 57344 (FLOAT8_E5M2), 127 (INT8).
+ *  Every operation below is fp32, rounded to nearest even.
+ *
+ *  Scale s (the dequantization scale: v is about code * s):
+ *    PER_TENSOR: s = scale[0], read on the device (no check of its value).
+ *    PER_TOKEN:  for each row r, s_r = max(a_r / M, s_min), written to
+ *      scale[r], where a_r is the largest |v| of the row and s_min =
+ *      1 / (M * 512) for FP8, FLT_EPSILON (2^-23) for INT8 (an all-zero row
+ *      gets s_min and zero codes). A NaN in the row makes a_r and s_r NaN.
+ *  Codes: t = v / s (a correctly rounded division, as torch's `v / s`), then
+ *    FP8: t clamped to [-M, M] (infinities included), rounded to the nearest
+ *      FP8 value, ties to the even mantissa, subnormals kept, zero's sign
+ *      kept; NaN gives 0x7F. For every non-NaN v this is torch's
+ *      `(v / s).clamp(-M, M).to(torch.float8_e4m3fn / float8_e5m2)`.
+ *    INT8: t rounded to the nearest integer, ties to even, clamped to
+ *      [-127, 127]; NaN gives 0. For every non-NaN v this is torch's
+ *      `(v / s).round().clamp(-127, 127).to(torch.int8)`.
+ *  amax: optional (NULL: not computed): one fp32, the largest |v| over the
+ *    whole tensor, before any scaling (the amax of delayed scaling, as
+ *    Transformer Engine keeps it); NaN if any v is NaN. The launch first
+ *    enqueues a 4-byte memset of *amax on `stream` (nothing synchronizes;
+ *    graph capture works); the value is exact, the same bits run to run.
+ *
+ *  x_desc, residual, sum, w_desc, gamma, beta, mean, rstd: as fnorm_norm_fwd.
+ *  y_desc: x's sizes, dtype FLOAT8_E4M3, FLOAT8_E5M2 or INT8; strides in
+ *    its own (one-byte) elements, with fnorm_norm_fwd's layout rules. No
+ *    pointer needs more than its element's natural alignment.
+ *  scaling: PER_TENSOR (FP8 only: INT8 with a static scale is NOT_SUPPORTED)
+ *    or PER_TOKEN.
+ *  scale: required; fnorm_norm_fwd_quant_scale_size bytes of fp32, read
+ *    (PER_TENSOR) or written (PER_TOKEN).
+ *  Aliasing: sum may be the very same tensor as x or residual (in place).
+ *    y (one-byte codes: never in place), amax, mean, rstd and, per token,
+ *    scale are outputs; per tensor, scale is an input. Any other overlap
+ *    with an output is BAD_PARAM.
+ *  Empty tensors: with no elements, nothing is written but amax (when given),
+ *    set to 0; scale and the data pointers may then be NULL.
+ *
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE (y_desc's dtype
+ *  is not a quantized one, or sizes disagree); BAD_PARAM (unknown scaling,
+ *  overlaps, as fnorm_norm_fwd); INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (INT8
+ *  PER_TENSOR; layouts as fnorm_norm_fwd); NOT_SUPPORTED_BUILD; CUDA_ERROR.
+ *  Stream-ordered; thread-safe with a shared handle; descriptors only read. */
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant(fnorm_handle_t handle, fnorm_stream_t stream,
+                                              fnorm_norm_desc_t norm,
+                                              fnorm_tensor_desc_t x_desc, const void *x,
+                                              const void *residual, void *sum,
+                                              fnorm_tensor_desc_t w_desc, const void *gamma,
+                                              const void *beta,
+                                              fnorm_tensor_desc_t y_desc, void *y,
+                                              fnorm_quant_scaling_t scaling, float *scale,
+                                              float *amax, float *mean, float *rstd,
+                                              void *workspace, size_t workspace_bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Normalization backward                                                   */

@@ -183,6 +183,100 @@ func (h *Handle) NormFwd(stream Stream, a *NormFwd) error {
 		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
 }
 
+// QuantScaling says how a quantized output is scaled (fnorm_quant_scaling_t).
+type QuantScaling int32
+
+// Scalings, taken from the header by the compiler.
+const (
+	QuantPerTensor QuantScaling = C.FNORM_QUANT_SCALING_PER_TENSOR // static: the caller's fp32 scale
+	QuantPerToken  QuantScaling = C.FNORM_QUANT_SCALING_PER_TOKEN  // dynamic: one fp32 scale per row, written
+)
+
+// NormFwdQuantWorkspaceSize is the scratch fnorm_norm_fwd_quant needs
+// (fnorm_norm_fwd_quant_workspace_size); y in a quantized dtype.
+func (h *Handle) NormFwdQuantWorkspaceSize(norm *NormDesc, x, y *TensorDesc, scaling QuantScaling) (uint64, error) {
+	const op = "fnorm_norm_fwd_quant_workspace_size"
+	unlock := rlock(h.obj(), norm.obj(), x.obj(), y.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(norm, op, "norm")
+	xp := e.tensor(x, op, "x_desc")
+	yp := e.tensor(y, op, "y_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_norm_fwd_quant_workspace_size(hp, np, xp, yp, C.fnorm_quant_scaling_t(scaling), &n, &msg), msg)
+	return uint64(n), err
+}
+
+// NormFwdQuantScaleSize is the bytes of NormFwdQuant's Scale
+// (fnorm_norm_fwd_quant_scale_size): 4 per tensor, 4 per row per token.
+func (h *Handle) NormFwdQuantScaleSize(norm *NormDesc, x *TensorDesc, scaling QuantScaling) (uint64, error) {
+	const op = "fnorm_norm_fwd_quant_scale_size"
+	unlock := rlock(h.obj(), norm.obj(), x.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(norm, op, "norm")
+	xp := e.tensor(x, op, "x_desc")
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, C.gofn_norm_fwd_quant_scale_size(hp, np, xp, C.fnorm_quant_scaling_t(scaling), &n, &msg), msg)
+	return uint64(n), err
+}
+
+// NormFwdQuant holds the arguments of fnorm_norm_fwd_quant: NormFwd's, Y
+// described in Float8E4M3, Float8E5M2 or Int8, then the scaling, Scale (read
+// per tensor, written per token) and the optional Amax (one fp32: the
+// largest |value| before scaling). Rounding, saturation and NaN: the header.
+type NormFwdQuant struct {
+	Norm         *NormDesc
+	XDesc        *TensorDesc
+	X            DevicePtr
+	Residual     DevicePtr // optional: s = x + residual is normalized
+	Sum          DevicePtr // optional (with Residual): s written here
+	WDesc        *TensorDesc
+	Gamma, Beta  DevicePtr // optional (1 and 0); RMSNorm takes no Beta
+	YDesc        *TensorDesc
+	Y            DevicePtr
+	Scaling      QuantScaling
+	Scale        DevicePtr // fp32: one (per tensor, read) or one per row (per token, written)
+	Amax         DevicePtr // optional fp32 output
+	Mean, Rstd   DevicePtr // optional fp32 outputs, one per row
+	Workspace    DevicePtr
+	WorkspaceLen uint64 // bytes at Workspace
+}
+
+// NormFwdQuant enqueues a LayerNorm / RMSNorm forward writing y quantized
+// (fnorm_norm_fwd_quant).
+func (h *Handle) NormFwdQuant(stream Stream, a *NormFwdQuant) error {
+	const op = "fnorm_norm_fwd_quant"
+	if a == nil {
+		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+	}
+	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
+	defer unlock()
+	var e argErr
+	hp := e.handle(h, op)
+	np := e.norm(a.Norm, op, "norm")
+	xp := e.tensor(a.XDesc, op, "x_desc")
+	wp := e.tensor(a.WDesc, op, "w_desc")
+	yp := e.tensor(a.YDesc, op, "y_desc")
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, C.gofn_norm_fwd_quant(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
+		wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), C.fnorm_quant_scaling_t(a.Scaling), up(a.Scale), up(a.Amax),
+		up(a.Mean), up(a.Rstd), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+}
+
 // NormBwdWorkspaceSize is the scratch fnorm_norm_bwd needs
 // (fnorm_norm_bwd_workspace_size); w nil when no dgamma/dbeta is asked for.
 func (h *Handle) NormBwdWorkspaceSize(norm *NormDesc, x, w *TensorDesc) (uint64, error) {

@@ -81,6 +81,33 @@ fnorm_status_t gofn_norm_fwd(fnorm_handle_t handle, uintptr_t stream, fnorm_norm
                                  (const void *)beta, y_desc, (void *)y, (float *)mean,
                                  (float *)rstd, (void *)workspace, workspace_bytes), msg);
 }
+fnorm_status_t gofn_norm_fwd_quant_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                                  fnorm_tensor_desc_t x_desc,
+                                                  fnorm_tensor_desc_t y_desc,
+                                                  fnorm_quant_scaling_t scaling,
+                                                  size_t *workspace_bytes, char **msg) {
+  return gofn_ret(fnorm_norm_fwd_quant_workspace_size(handle, norm, x_desc, y_desc, scaling,
+                                                      workspace_bytes), msg);
+}
+fnorm_status_t gofn_norm_fwd_quant_scale_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                              fnorm_tensor_desc_t x_desc,
+                                              fnorm_quant_scaling_t scaling, size_t *scale_bytes,
+                                              char **msg) {
+  return gofn_ret(fnorm_norm_fwd_quant_scale_size(handle, norm, x_desc, scaling, scale_bytes), msg);
+}
+fnorm_status_t gofn_norm_fwd_quant(fnorm_handle_t handle, uintptr_t stream, fnorm_norm_desc_t norm,
+                                   fnorm_tensor_desc_t x_desc, uintptr_t x, uintptr_t residual,
+                                   uintptr_t sum, fnorm_tensor_desc_t w_desc, uintptr_t gamma,
+                                   uintptr_t beta, fnorm_tensor_desc_t y_desc, uintptr_t y,
+                                   fnorm_quant_scaling_t scaling, uintptr_t scale, uintptr_t amax,
+                                   uintptr_t mean, uintptr_t rstd, uintptr_t workspace,
+                                   size_t workspace_bytes, char **msg) {
+  return gofn_ret(fnorm_norm_fwd_quant(handle, (fnorm_stream_t)stream, norm, x_desc,
+                                       (const void *)x, (const void *)residual, (void *)sum, w_desc,
+                                       (const void *)gamma, (const void *)beta, y_desc, (void *)y,
+                                       scaling, (float *)scale, (float *)amax, (float *)mean,
+                                       (float *)rstd, (void *)workspace, workspace_bytes), msg);
+}
 fnorm_status_t gofn_norm_bwd_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
                                             fnorm_tensor_desc_t x_desc, fnorm_tensor_desc_t w_desc,
                                             size_t *workspace_bytes, char **msg) {

@@ -45,6 +45,22 @@ fnorm_status_t gofn_norm_fwd(fnorm_handle_t handle, uintptr_t stream, fnorm_norm
                              uintptr_t beta, fnorm_tensor_desc_t y_desc, uintptr_t y,
                              uintptr_t mean, uintptr_t rstd, uintptr_t workspace,
                              size_t workspace_bytes, char **msg);
+fnorm_status_t gofn_norm_fwd_quant_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                                  fnorm_tensor_desc_t x_desc,
+                                                  fnorm_tensor_desc_t y_desc,
+                                                  fnorm_quant_scaling_t scaling,
+                                                  size_t *workspace_bytes, char **msg);
+fnorm_status_t gofn_norm_fwd_quant_scale_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                              fnorm_tensor_desc_t x_desc,
+                                              fnorm_quant_scaling_t scaling, size_t *scale_bytes,
+                                              char **msg);
+fnorm_status_t gofn_norm_fwd_quant(fnorm_handle_t handle, uintptr_t stream, fnorm_norm_desc_t norm,
+                                   fnorm_tensor_desc_t x_desc, uintptr_t x, uintptr_t residual,
+                                   uintptr_t sum, fnorm_tensor_desc_t w_desc, uintptr_t gamma,
+                                   uintptr_t beta, fnorm_tensor_desc_t y_desc, uintptr_t y,
+                                   fnorm_quant_scaling_t scaling, uintptr_t scale, uintptr_t amax,
+                                   uintptr_t mean, uintptr_t rstd, uintptr_t workspace,
+                                   size_t workspace_bytes, char **msg);
 fnorm_status_t gofn_norm_bwd_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
                                             fnorm_tensor_desc_t x_desc, fnorm_tensor_desc_t w_desc,
                                             size_t *workspace_bytes, char **msg);

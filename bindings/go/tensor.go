@@ -18,6 +18,10 @@ const (
 	Float32  DType = C.FNORM_DTYPE_FLOAT32
 	Float16  DType = C.FNORM_DTYPE_FLOAT16
 	BFloat16 DType = C.FNORM_DTYPE_BFLOAT16
+	// The one-byte quantized output types: only NormFwdQuant's Y takes them.
+	Float8E4M3 DType = C.FNORM_DTYPE_FLOAT8_E4M3 // OCP E4M3 (torch.float8_e4m3fn), max 448
+	Float8E5M2 DType = C.FNORM_DTYPE_FLOAT8_E5M2 // OCP E5M2 (torch.float8_e5m2), max 57344
+	Int8       DType = C.FNORM_DTYPE_INT8        // codes -127..127
 )
 
 // Size is the element's size in bytes (0 for an unknown value).
@@ -27,6 +31,8 @@ func (d DType) Size() int {
 		return 4
 	case Float16, BFloat16:
 		return 2
+	case Float8E4M3, Float8E5M2, Int8:
+		return 1
 	}
 	return 0
 }
@@ -39,6 +45,12 @@ func (d DType) String() string {
 		return "float16"
 	case BFloat16:
 		return "bfloat16"
+	case Float8E4M3:
+		return "float8_e4m3"
+	case Float8E5M2:
+		return "float8_e5m2"
+	case Int8:
+		return "int8"
 	}
 	return "DType(" + strconv.Itoa(int(d)) + ")"
 }

@@ -25,6 +25,9 @@ bool strides_match(const fnorm_tensor_desc *d, const int32_t *order) {
 void view_of(const fnorm_tensor_desc *d, const char *arg, BnProblem &v) {
   FNORM_REQUIRE(d != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", arg);
   FNORM_REQUIRE(d->is_set, FNORM_STATUS_BAD_PARAM, "argument '%s' was never set", arg);
+  FNORM_REQUIRE(!is_quantized_dtype(d->dtype), FNORM_STATUS_BAD_PARAM_SHAPE,
+                "argument '%s': dtype %s is an output dtype of fnorm_norm_fwd_quant only", arg,
+                dtype_name(d->dtype));
   FNORM_REQUIRE(d->rank >= 2, FNORM_STATUS_BAD_PARAM_SHAPE,
                 "argument '%s' has rank %d; BatchNorm needs [N, C, spatial...] (rank >= 2)", arg,
                 d->rank);

@@ -52,6 +52,7 @@ cudaError_t launch_column_sums(const float *part_a, const float *part_b,
       return launch<__half>(part_a, part_b, partials, cols, out_a, out_b, stream);
     case FNORM_DTYPE_BFLOAT16:
       return launch<__nv_bfloat16>(part_a, part_b, partials, cols, out_a, out_b, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }

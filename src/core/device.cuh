@@ -64,6 +64,10 @@ template <>
 struct VecOf<2> {
   using type = unsigned short;
 };
+template <>
+struct VecOf<1> {
+  using type = unsigned char;
+};
 
 // Packs wider than 16 bytes move as several 16-byte accesses.
 // Assumptions (both): p is aligned to min(sizeof(T) * N, 16).
@@ -160,6 +164,17 @@ struct SumOp {
   __device__ __forceinline__ static float identity() { return 0.f; }
   __device__ __forceinline__ static float combine(float a, float b) { return a + b; }
   __device__ __forceinline__ static float shfl_xor(float v, int mask) {
+    return __shfl_xor_sync(kFullMask, v, mask);
+  }
+};
+
+// Max of unsigned values: of |v| as bits (core/quant.hpp's abs_bits), a max
+// of magnitudes that a NaN wins.
+struct MaxBitsOp {
+  using Value = unsigned;
+  __device__ __forceinline__ static unsigned identity() { return 0u; }
+  __device__ __forceinline__ static unsigned combine(unsigned a, unsigned b) { return a > b ? a : b; }
+  __device__ __forceinline__ static unsigned shfl_xor(unsigned v, int mask) {
     return __shfl_xor_sync(kFullMask, v, mask);
   }
 };

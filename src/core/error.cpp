@@ -74,6 +74,9 @@ const char *dtype_name(fnorm_dtype_t dtype) {
     case FNORM_DTYPE_FLOAT32: return "FLOAT32";
     case FNORM_DTYPE_FLOAT16: return "FLOAT16";
     case FNORM_DTYPE_BFLOAT16: return "BFLOAT16";
+    case FNORM_DTYPE_FLOAT8_E4M3: return "FLOAT8_E4M3";
+    case FNORM_DTYPE_FLOAT8_E5M2: return "FLOAT8_E5M2";
+    case FNORM_DTYPE_INT8: return "INT8";
   }
   return "unknown";
 }
@@ -83,8 +86,15 @@ size_t dtype_size(fnorm_dtype_t dtype) {
     case FNORM_DTYPE_FLOAT32: return 4;
     case FNORM_DTYPE_FLOAT16: return 2;
     case FNORM_DTYPE_BFLOAT16: return 2;
+    case FNORM_DTYPE_FLOAT8_E4M3:
+    case FNORM_DTYPE_FLOAT8_E5M2:
+    case FNORM_DTYPE_INT8: return 1;
   }
   return 0;
+}
+
+bool is_quantized_dtype(fnorm_dtype_t dtype) {
+  return dtype == FNORM_DTYPE_FLOAT8_E4M3 || dtype == FNORM_DTYPE_FLOAT8_E5M2 || dtype == FNORM_DTYPE_INT8;
 }
 
 }  // namespace fnorm

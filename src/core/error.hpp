@@ -90,5 +90,7 @@ inline void require_not_null(const void *p, const char *arg) {
 const char *dtype_name(fnorm_dtype_t dtype);
 // Bytes per element, 0 for an unknown dtype.
 size_t dtype_size(fnorm_dtype_t dtype);
+// The one-byte output-only dtypes (FP8, INT8): fnorm_norm_fwd_quant's y only.
+bool is_quantized_dtype(fnorm_dtype_t dtype);
 
 }  // namespace fnorm

@@ -4,10 +4,14 @@
 
 namespace fnorm {
 
-const fnorm_tensor_desc &require_set(const fnorm_tensor_desc *d, const char *arg) {
+const fnorm_tensor_desc &require_set(const fnorm_tensor_desc *d, const char *arg, bool quantized) {
   if (d == nullptr) fail(FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", arg);
   FNORM_REQUIRE(d->is_set, FNORM_STATUS_BAD_PARAM,
                 "argument '%s' was never set (call fnorm_tensor_desc_set first)", arg);
+  FNORM_REQUIRE(is_quantized_dtype(d->dtype) == quantized, FNORM_STATUS_BAD_PARAM_SHAPE,
+                quantized ? "argument '%s': dtype %s is not a quantized output dtype (FLOAT8_E4M3, FLOAT8_E5M2, INT8)"
+                          : "argument '%s': dtype %s is an output dtype of fnorm_norm_fwd_quant only",
+                arg, dtype_name(d->dtype));
   return *d;
 }
 

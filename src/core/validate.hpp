@@ -14,8 +14,10 @@
 
 namespace fnorm {
 
-// The descriptor `arg` is given and was set.
-const fnorm_tensor_desc &require_set(const fnorm_tensor_desc *d, const char *arg);
+// The descriptor `arg` is given and was set, with a compute dtype (fp32,
+// fp16, bf16) unless `quantized`, where it must be an output-only one
+// (FP8 / INT8). BAD_PARAM_SHAPE names the dtype otherwise.
+const fnorm_tensor_desc &require_set(const fnorm_tensor_desc *d, const char *arg, bool quantized = false);
 
 // `d` has the dtype, rank and sizes of `ref`; with last >= 0 its last size
 // must be `last` instead of ref's. BAD_PARAM_SHAPE otherwise.

@@ -165,6 +165,7 @@ cudaDataType_t cuda_type(fnorm_dtype_t t) {
     case FNORM_DTYPE_FLOAT32: return CUDA_R_32F;
     case FNORM_DTYPE_FLOAT16: return CUDA_R_16F;
     case FNORM_DTYPE_BFLOAT16: return CUDA_R_16BF;
+    default: break;  // the one-byte dtypes: refused by validation
   }
   return CUDA_R_32F;
 }

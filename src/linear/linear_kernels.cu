@@ -531,6 +531,7 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
     case FNORM_DTYPE_FLOAT16: return fwd_epilogue_t<__half>(act, y, rows, cols, ldy, bias, aux, stream);
     case FNORM_DTYPE_BFLOAT16:
       return fwd_epilogue_t<__nv_bfloat16>(act, y, rows, cols, ldy, bias, aux, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
@@ -545,6 +546,7 @@ cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void
       return bwd_act_t<__half>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
     case FNORM_DTYPE_BFLOAT16:
       return bwd_act_t<__nv_bfloat16>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
@@ -555,6 +557,7 @@ cudaError_t launch_linear_relu_mask(fnorm_dtype_t dtype, const void *y, int64_t 
     case FNORM_DTYPE_FLOAT32: return relu_mask<float>(y, ldy, rows, cols, aux, stream);
     case FNORM_DTYPE_FLOAT16: return relu_mask<__half>(y, ldy, rows, cols, aux, stream);
     case FNORM_DTYPE_BFLOAT16: return relu_mask<__nv_bfloat16>(y, ldy, rows, cols, aux, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
@@ -565,6 +568,7 @@ cudaError_t launch_linear_gelu_pass(fnorm_dtype_t dtype, const void *z, int64_t 
     case FNORM_DTYPE_FLOAT32: return gelu_pass<float>(z, ldz, y, ldy, rows, cols, stream);
     case FNORM_DTYPE_FLOAT16: return gelu_pass<__half>(z, ldz, y, ldy, rows, cols, stream);
     case FNORM_DTYPE_BFLOAT16: return gelu_pass<__nv_bfloat16>(z, ldz, y, ldy, rows, cols, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
@@ -584,6 +588,7 @@ cudaError_t launch_linear_bwd_n1(fnorm_dtype_t dtype, const LinearN1Args &args, 
     case FNORM_DTYPE_FLOAT32: return bwd_n1_t<float>(args, stream);
     case FNORM_DTYPE_FLOAT16: return bwd_n1_t<__half>(args, stream);
     case FNORM_DTYPE_BFLOAT16: return bwd_n1_t<__nv_bfloat16>(args, stream);
+    default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }

@@ -36,6 +36,11 @@ constexpr NormTensor kNormRstd = 1u << 5;
 constexpr NormTensor kNormDsum = 1u << 6;
 constexpr NormTensor kNormDgamma = 1u << 7;
 constexpr NormTensor kNormDbeta = 1u << 8;
+// fnorm_norm_fwd_quant: the per-tensor scale read, or the per-token scales
+// written (one of the two: they are the scaling), and amax.
+constexpr NormTensor kNormScale = 1u << 9;
+constexpr NormTensor kNormScales = 1u << 10;
+constexpr NormTensor kNormAmax = 1u << 11;
 
 // describe: a LayerNorm / RMSNorm call without its pointers, as the [rows,
 // cols] view of its tensors (core/validate.hpp's MatrixView, one row stride
@@ -48,7 +53,7 @@ struct NormProblem {
   int64_t dx_row_stride = 0;  // backward only
   int32_t axis = 0;           // first normalized dimension of x
   fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;      // x's
-  fnorm_dtype_t out_dtype = FNORM_DTYPE_FLOAT32;  // y's (forward) or dx's (backward); x's today
+  fnorm_dtype_t out_dtype = FNORM_DTYPE_FLOAT32;  // y's (forward: FP8 / INT8 when quantized) or dx's
   int32_t param_dtype = -1;   // w_desc's dtype; -1: no weight descriptor
   int32_t mode = FNORM_NORM_LAYERNORM;
   uint32_t flags = 0;         // fnorm_norm_flag_t
@@ -58,6 +63,10 @@ struct NormProblem {
   int64_t elements() const { return rows * cols; }
   bool rms() const { return mode == FNORM_NORM_RMSNORM; }
   bool has(NormTensor t) const { return (present & t) != 0; }
+  // y holds quantized codes (fnorm_norm_fwd_quant); per token when the
+  // scales are written.
+  bool quantized() const { return is_quantized_dtype(out_dtype); }
+  bool per_token() const { return has(kNormScales); }
   // gamma / beta are fp32 while x is not.
   bool param_f32() const { return param_dtype == FNORM_DTYPE_FLOAT32 && dtype != FNORM_DTYPE_FLOAT32; }
   float eps() const;
@@ -73,6 +82,9 @@ struct NormFwdArgs {
   void *y = nullptr;
   float *mean = nullptr;
   float *rstd = nullptr;
+  // fnorm_norm_fwd_quant: the scale (read per tensor, written per token) and amax.
+  float *scale = nullptr;
+  float *amax = nullptr;
   uint32_t present() const;
 };
 
@@ -99,6 +111,16 @@ struct NormBwdArgs {
 // Throws Error.
 NormProblem describe_norm_fwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
                               const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, uint32_t present);
+// A forward with a quantized output: y_desc in FP8 / INT8 (its strides in
+// its one-byte elements), the scaling known and supported for that format.
+// `present` carries kNormScale or kNormScales (the scaling).
+NormProblem describe_norm_fwd_quant(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                                    const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc,
+                                    fnorm_quant_scaling_t scaling, uint32_t present);
+// The scaling's presence bit; BAD_PARAM for an unknown value.
+NormTensor quant_scaling_bit(fnorm_quant_scaling_t scaling);
+// Bytes of fnorm_norm_fwd_quant's scale: one fp32, or one per row.
+size_t quant_scale_bytes(const NormProblem &pb);
 // Backward: x, dy, dx descriptors (dy_desc / dx_desc null in the size query,
 // which then assumes x's layout); w_desc when gamma, dgamma or dbeta is present.
 NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,

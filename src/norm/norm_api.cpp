@@ -19,7 +19,15 @@ void launch_fwd(const NormProblem &pb, const NormFwdPlan &plan, const NormFwdArg
   p.beta = a.beta;
   p.mean = a.mean;
   p.rstd = a.rstd;
-  check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
+  if (!pb.quantized()) {
+    check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
+    return;
+  }
+  p.quant_scale = a.scale;
+  p.amax = a.amax;
+  // The blocks combine amax with atomicMax from zero.
+  if (a.amax != nullptr) check_cuda(cudaMemsetAsync(a.amax, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
+  check_cuda(plan.instance->launch_quant(p, plan.shape, stream), plan.instance->name);
 }
 
 void launch_bwd(const NormProblem &pb, const NormBwdPlan &plan, const NormBwdArgs &a, cudaStream_t stream) {
@@ -96,6 +104,67 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
     const int pack = choose_pack(pb, {x, y, residual, sum}, {pb.x_row_stride, pb.y_row_stride}, {gamma, beta},
                                  pb.param_f32());
     launch_fwd(pb, norm_fwd_plan(handle, pb, pack), a, cuda_stream(stream));
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant_workspace_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                                             fnorm_tensor_desc_t x_desc,
+                                                             fnorm_tensor_desc_t y_desc,
+                                                             fnorm_quant_scaling_t scaling,
+                                                             size_t *workspace_bytes) {
+  return fnorm::api_guard(__func__, [&] {
+    FNORM_REQUIRE_NOT_NULL(handle);
+    FNORM_REQUIRE_NOT_NULL(workspace_bytes);
+    (void)fnorm::describe_norm_fwd_quant(norm, x_desc, nullptr, y_desc, scaling, 0);
+    *workspace_bytes = 0;
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant_scale_size(fnorm_handle_t handle, fnorm_norm_desc_t norm,
+                                                         fnorm_tensor_desc_t x_desc,
+                                                         fnorm_quant_scaling_t scaling, size_t *scale_bytes) {
+  return fnorm::api_guard(__func__, [&] {
+    using namespace fnorm;
+    FNORM_REQUIRE_NOT_NULL(handle);
+    FNORM_REQUIRE_NOT_NULL(scale_bytes);
+    const NormTensor bit = quant_scaling_bit(scaling);
+    // x's own layout stands in for y's: the answer depends on the rows only.
+    const NormProblem pb = describe_norm_fwd(norm, x_desc, nullptr, x_desc, bit);
+    *scale_bytes = quant_scale_bytes(pb);
+  });
+}
+
+FNORM_API fnorm_status_t fnorm_norm_fwd_quant(fnorm_handle_t handle, fnorm_stream_t stream,
+                                              fnorm_norm_desc_t norm, fnorm_tensor_desc_t x_desc,
+                                              const void *x, const void *residual, void *sum,
+                                              fnorm_tensor_desc_t w_desc, const void *gamma, const void *beta,
+                                              fnorm_tensor_desc_t y_desc, void *y,
+                                              fnorm_quant_scaling_t scaling, float *scale, float *amax,
+                                              float *mean, float *rstd, void *workspace,
+                                              size_t workspace_bytes) {
+  return fnorm::api_guard(__func__, [&] {
+    using namespace fnorm;
+    FNORM_REQUIRE_NOT_NULL(handle);
+    const NormFwdArgs a{x, residual, sum, gamma, beta, y, mean, rstd, scale, amax};
+    const NormProblem pb = describe_norm_fwd_quant(norm, x_desc, w_desc, y_desc, scaling, a.present());
+    check_norm_fwd_args(handle, pb, a);
+    (void)workspace;
+    (void)workspace_bytes;  // the size query answers 0
+    const cudaStream_t st = cuda_stream(stream);
+    if (pb.elements() == 0) {
+      // The largest magnitude of no values: 0.
+      if (amax != nullptr) {
+        DeviceGuard guard(handle->device);
+        check_cuda(cudaMemsetAsync(amax, 0, sizeof(float), st), "cudaMemsetAsync (amax)");
+      }
+      return;
+    }
+    DeviceGuard guard(handle->device);
+    // x, residual and sum as the plain forward; y's codes take one byte each.
+    int pack = choose_pack(pb, {x, residual, sum}, {pb.x_row_stride}, {gamma, beta}, pb.param_f32());
+    while (pack > 1 && (!is_aligned(y, static_cast<size_t>(pack)) || (pb.rows > 1 && pb.y_row_stride % pack != 0)))
+      pack /= 2;
+    launch_fwd(pb, norm_fwd_plan(handle, pb, pack), a, st);
   });
 }
 

@@ -21,8 +21,10 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/device.cuh"
+#include "core/quant.hpp"
 #include "norm/norm_params.hpp"
 
 namespace fnorm {
@@ -69,17 +71,15 @@ struct LoadRow {
   }
 };
 
-// Applies the affine parameters (each optional; in T or fp32; gamma possibly
-// zero-centred) to normalized values and writes y.
+// The affine parameters (each optional; in T or fp32; gamma possibly
+// zero-centred) applied to normalized values.
 template <typename T, int PACK>
-struct StoreAffine {
-  T *__restrict__ y;
-  int64_t row_stride;
+struct Affine {
   const void *__restrict__ gamma;
   const void *__restrict__ beta;
   bool param_f32;
   bool zero_centered;
-  __device__ __forceinline__ void store(float (&v)[PACK], int64_t row, int64_t col) const {
+  __device__ __forceinline__ void apply(float (&v)[PACK], int64_t col) const {
     if (gamma != nullptr) {
       float g[PACK];
       load_param<T, PACK>(gamma, param_f32, col, g);
@@ -92,9 +92,129 @@ struct StoreAffine {
 #pragma unroll
       for (int i = 0; i < PACK; ++i) v[i] += b[i];
     }
+  }
+};
+
+// Applies the affine parameters to normalized values and writes y in T.
+template <typename T, int PACK>
+struct StoreAffine {
+  static constexpr bool kQuant = false;
+  T *__restrict__ y;
+  int64_t row_stride;
+  Affine<T, PACK> affine;
+  __device__ __forceinline__ void store(float (&v)[PACK], int64_t row, int64_t col) const {
+    affine.apply(v, col);
     store_pack<T, PACK>(y + row * row_stride + col, v);
   }
 };
+
+// Writes y as one-byte codes of v / s (core/quant.hpp), v the affine output.
+// The scale s comes from the caller (per tensor) or from the row's max |v|
+// (per token), which the kernels reduce before the first code is written.
+template <typename T, int PACK>
+struct StoreQuant {
+  static constexpr bool kQuant = true;
+  uint8_t *__restrict__ y;
+  int64_t row_stride;
+  Affine<T, PACK> affine;
+  float *scale;  // per tensor: read; per token: written, one per row
+  float *amax;   // optional: max |v| over the tensor, zeroed before the launch
+  QuantKind kind;
+  bool per_token;
+
+  __device__ __forceinline__ float tensor_scale() const { return __ldg(scale); }
+
+  __device__ __forceinline__ void put(const float (&v)[PACK], int64_t row, int64_t col, float s) const {
+    float t[PACK];
+#pragma unroll
+    for (int i = 0; i < PACK; ++i) t[i] = __fdiv_rn(v[i], s);
+    Pack<uint8_t, PACK> q;
+    if (kind == QuantKind::Int8) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) q.v[i] = static_cast<uint8_t>(int8_from_float(t[i]));
+    } else if constexpr (PACK == 1) {
+      q.v[0] = kind == QuantKind::E4M3 ? e4m3_from_float(t[0]) : e5m2_from_float(t[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < PACK; i += 2) {
+        const uint16_t two = kind == QuantKind::E4M3 ? quant_fp8x2<3>(t[i], t[i + 1]) : quant_fp8x2<2>(t[i], t[i + 1]);
+        q.v[i] = static_cast<uint8_t>(two);
+        q.v[i + 1] = static_cast<uint8_t>(two >> 8);
+      }
+    }
+    st_pack<uint8_t, PACK>(y + row * row_stride + col, q);
+  }
+};
+
+template <int PACK>
+__device__ __forceinline__ unsigned pack_abs_max(const float (&v)[PACK]) {
+  unsigned m = 0;
+#pragma unroll
+  for (int i = 0; i < PACK; ++i) m = max(m, abs_bits(v[i]));
+  return m;
+}
+
+// The reductions over the threads that share a row: a group of `width`
+// lanes, or the block (through 32 words of shared memory).
+struct GroupReduce {
+  int width;
+  __device__ __forceinline__ float sum(float v) const { return group_allreduce<SumOp>(v, width); }
+  __device__ __forceinline__ unsigned max(unsigned v) const { return group_allreduce<MaxBitsOp>(v, width); }
+};
+struct BlockReduce {
+  float *scratch;
+  __device__ __forceinline__ float sum(float v) const { return block_allreduce<SumOp>(v, scratch); }
+  __device__ __forceinline__ unsigned max(unsigned v) const {
+    return block_allreduce<MaxBitsOp>(v, reinterpret_cast<unsigned *>(scratch));
+  }
+};
+
+// Quantized store of a row whose normalized packs `fetch(pk, v)` gives (the
+// one-block-per-row tiers: from the shared-memory cache, or read again).
+// Per token, a first pass over the row finds its max |v| (the affine output
+// computed twice, the same way both times). Returns the max |v| (as bits)
+// this thread saw, for the tensor's amax. Every thread of the block calls it.
+template <int PACK, class Store, class Fetch>
+__device__ __forceinline__ unsigned quant_row_block(const Store &store, Fetch fetch, int64_t packs_per_row,
+                                                    int64_t row, float *scratch) {
+  unsigned m = 0;
+  float s;
+  if (store.per_token) {
+    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+      float v[PACK];
+      fetch(pk, v);
+      store.affine.apply(v, pk * PACK);
+      m = max(m, pack_abs_max<PACK>(v));
+    }
+    m = BlockReduce{scratch}.max(m);
+    s = quant_row_scale(m, store.kind);
+    if (threadIdx.x == 0) store.scale[row] = s;
+  } else {
+    s = store.tensor_scale();
+  }
+  for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+    float v[PACK];
+    fetch(pk, v);
+    store.affine.apply(v, pk * PACK);
+    if (!store.per_token) m = max(m, pack_abs_max<PACK>(v));
+    store.put(v, row, pk * PACK, s);
+  }
+  return m;
+}
+
+// The tensor's amax from each thread's max |v| (bits): the block's max, then
+// one atomicMax per block where it exceeds what is there (amax was zeroed
+// before the launch). Every thread of the block calls it, once, at the end.
+template <class Store>
+__device__ __forceinline__ void flush_amax(const Store &store, unsigned m) {
+  if constexpr (Store::kQuant) {
+    if (store.amax == nullptr) return;
+    __shared__ unsigned scratch[32];
+    m = block_allreduce<MaxBitsOp>(m, scratch);
+    unsigned *a = reinterpret_cast<unsigned *>(store.amax);
+    if (threadIdx.x == 0 && m > *reinterpret_cast<volatile unsigned *>(a)) atomicMax(a, m);
+  }
+}
 
 __device__ __forceinline__ void store_stats(const NormFwdParams &p, int64_t row, float mean,
                                             float rstd) {
@@ -106,12 +226,13 @@ constexpr int kWarpTierBlock = 128;
 
 // One row held in registers by `width` threads (lane 0..width-1), NPACK packs
 // each, pack k of lane l at column (k * width + l) * PACK (coalesced).
-// `allreduce` sums a float over the threads sharing the row. Exact two-pass
-// statistics over the registers.
-template <typename T, int PACK, int NPACK, class Load, class Store, class AllReduce>
-__device__ __forceinline__ void norm_row_registers(const NormFwdParams &p, const Load &load,
-                                                        const Store &store, int64_t row, bool active,
-                                                        int lane, int width, AllReduce allreduce) {
+// `reduce` (GroupReduce / BlockReduce) reduces over the threads sharing the
+// row. Exact two-pass statistics over the registers. Returns the max |v|
+// (bits) this thread stored (quantized stores; 0 otherwise).
+template <typename T, int PACK, int NPACK, class Load, class Store, class Reduce>
+__device__ __forceinline__ unsigned norm_row_registers(const NormFwdParams &p, const Load &load,
+                                                       const Store &store, int64_t row, bool active,
+                                                       int lane, int width, const Reduce &reduce) {
   const int64_t packs_per_row = p.cols / PACK;
   const float inv_cols = 1.f / static_cast<float>(p.cols);
   float v[NPACK][PACK];
@@ -130,7 +251,7 @@ __device__ __forceinline__ void norm_row_registers(const NormFwdParams &p, const
   }
   // RMSNorm: no centring, so the sum of squares about zero (p.rms is uniform
   // across the kernel: every lane skips the same reduction).
-  const float mean = p.rms ? 0.f : allreduce(sum) * inv_cols;
+  const float mean = p.rms ? 0.f : reduce.sum(sum) * inv_cols;
   float sq = 0.f;
 #pragma unroll
   for (int k = 0; k < NPACK; ++k) {
@@ -140,18 +261,47 @@ __device__ __forceinline__ void norm_row_registers(const NormFwdParams &p, const
       for (int i = 0; i < PACK; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
     }
   }
-  const float rstd = rsqrtf(allreduce(sq) * inv_cols + p.eps);
-  if (!active) return;
+  const float rstd = rsqrtf(reduce.sum(sq) * inv_cols + p.eps);
+  if constexpr (Store::kQuant) {
+    // Per token, every lane takes part in the row's max (inactive groups
+    // with 0) before any code is written; store.per_token is kernel-uniform.
+    unsigned m = 0;
 #pragma unroll
-  for (int k = 0; k < NPACK; ++k) {
-    const int64_t pk = static_cast<int64_t>(k) * width + lane;
-    if (pk < packs_per_row) {
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (active && pk < packs_per_row) {
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
-      store.store(v[k], row, pk * PACK);
+        for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
+        store.affine.apply(v[k], pk * PACK);
+        m = max(m, pack_abs_max<PACK>(v[k]));
+      }
     }
+    const float s = store.per_token ? quant_row_scale(reduce.max(m), store.kind) : store.tensor_scale();
+    if (!active) return 0u;
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (pk < packs_per_row) store.put(v[k], row, pk * PACK, s);
+    }
+    if (lane == 0) {
+      store_stats(p, row, mean, rstd);
+      if (store.per_token) store.scale[row] = s;
+    }
+    return m;
+  } else {
+    if (!active) return 0u;
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      const int64_t pk = static_cast<int64_t>(k) * width + lane;
+      if (pk < packs_per_row) {
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) v[k][i] = (v[k][i] - mean) * rstd;
+        store.store(v[k], row, pk * PACK);
+      }
+    }
+    if (lane == 0) store_stats(p, row, mean, rstd);
+    return 0u;
   }
-  if (lane == 0) store_stats(p, row, mean, rstd);
 }
 
 // Assumptions: blockDim.x == kWarpTierBlock; 1 << p.width_log2 lanes per row;
@@ -165,12 +315,14 @@ __global__ void __launch_bounds__(kWarpTierBlock)
   const int group = threadIdx.x >> p.width_log2;
   // The loop bound is block-uniform, so every lane reaches every shuffle;
   // groups past the last row compute on zeros and store nothing.
+  unsigned amax = 0;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups_per_block; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + group;
-    norm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
-                                            [width](float v) { return group_allreduce<SumOp>(v, width); });
+    amax = max(amax, norm_row_registers<T, PACK, NPACK>(p, load, store, row, row < p.rows, lane, width,
+                                                        GroupReduce{width}));
   }
+  flush_amax(store, amax);
 }
 
 // One block per row, the row in registers. Blocks of up to 1024 threads at
@@ -179,13 +331,13 @@ __global__ void __launch_bounds__(kWarpTierBlock)
 template <typename T, int PACK, int NPACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
     norm_fwd_block_kernel(NormFwdParams p, Load load, Store store) {
-  __shared__ float scratch_storage[32];
-  float *scratch = scratch_storage;
+  __shared__ float scratch[32];
+  unsigned amax = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    norm_row_registers<T, PACK, NPACK>(
-        p, load, store, row, true, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
-        [scratch](float v) { return block_allreduce<SumOp>(v, scratch); });
+    amax = max(amax, norm_row_registers<T, PACK, NPACK>(p, load, store, row, true, static_cast<int>(threadIdx.x),
+                                                        static_cast<int>(blockDim.x), BlockReduce{scratch}));
   }
+  flush_amax(store, amax);
 }
 
 // Assumptions: dynamic shared memory holds p.cols elements of T (16-byte
@@ -198,6 +350,7 @@ __global__ void __launch_bounds__(1024)
   __shared__ float scratch[32];
   const int64_t packs_per_row = p.cols / PACK;
   const float inv_cols = 1.f / static_cast<float>(p.cols);
+  unsigned amax = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     // Each thread touches only its own packs of the cache, so the cache
     // needs no barrier of its own (block_allreduce has them). Without a
@@ -238,24 +391,36 @@ __global__ void __launch_bounds__(1024)
       }
     }
     const float rstd = rsqrtf(block_allreduce<SumOp>(sq, scratch) * inv_cols + p.eps);
-    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
-      float v[PACK];
-      load_pack<T, PACK>(cache + pk * PACK, v);
+    if constexpr (Store::kQuant) {
+      auto fetch = [&](int64_t pk, float(&v)[PACK]) {
+        load_pack<T, PACK>(cache + pk * PACK, v);
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
-      store.store(v, row, pk * PACK);
+        for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      };
+      amax = max(amax, quant_row_block<PACK>(store, fetch, packs_per_row, row, scratch));
+    } else {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load_pack<T, PACK>(cache + pk * PACK, v);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+        store.store(v, row, pk * PACK);
+      }
     }
     if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
   }
+  flush_amax(store, amax);
 }
 
 // The second read of each row goes through Load::reload (s read back from
 // sum where the first read wrote it: sum may be x or residual, in place).
+// A quantized store per token reads the row a third time (its max |v| first).
 template <typename T, int PACK, class Load, class Store>
 __global__ void __launch_bounds__(1024)
     norm_fwd_uncached_kernel(NormFwdParams p, Load load, Store store) {
   __shared__ Welford scratch[32];
   const int64_t packs_per_row = p.cols / PACK;
+  unsigned amax = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     Welford w = WelfordOp::identity();
     for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
@@ -268,15 +433,25 @@ __global__ void __launch_bounds__(1024)
     // RMSNorm: mean square = variance + mean^2 (both terms >= 0: no cancellation).
     const float mean = p.rms ? 0.f : w.mean;
     const float rstd = rsqrtf((p.rms ? var + w.mean * w.mean : var) + p.eps);
-    for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
-      float v[PACK];
-      load.reload(v, row, pk * PACK);
+    if constexpr (Store::kQuant) {
+      auto fetch = [&](int64_t pk, float(&v)[PACK]) {
+        load.reload(v, row, pk * PACK);
 #pragma unroll
-      for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
-      store.store(v, row, pk * PACK);
+        for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+      };
+      amax = max(amax, quant_row_block<PACK>(store, fetch, packs_per_row, row, reinterpret_cast<float *>(scratch)));
+    } else {
+      for (int64_t pk = threadIdx.x; pk < packs_per_row; pk += blockDim.x) {
+        float v[PACK];
+        load.reload(v, row, pk * PACK);
+#pragma unroll
+        for (int i = 0; i < PACK; ++i) v[i] = (v[i] - mean) * rstd;
+        store.store(v, row, pk * PACK);
+      }
     }
     if (threadIdx.x == 0) store_stats(p, row, mean, rstd);
   }
+  flush_amax(store, amax);
 }
 
 // Block size for the one-block-per-row tiers: the most resident threads that
@@ -321,7 +496,8 @@ inline void row_blocks_shape(const NormFwdParams &p, const DeviceContext &ctx, i
 // The plan's launch shape of an instance (norm/norm_plan.cpp): the grid and,
 // for the one-block-per-row tiers, the block size by occupancy, from the
 // parameters' rows, cols, tier fields and grid_per_row; blocks_per_sm is
-// what the planner decides the grid from (0: no block fits an SM).
+// what the planner decides the grid from (0: no block fits an SM). The
+// quantized twin (launch_norm_fwd<..., true>) launches with this shape too.
 template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, LaunchShape *s) {
   using Load = LoadRow<T, PACK>;
@@ -363,15 +539,51 @@ cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, Lau
   return cudaSuccess;
 }
 
-// Executes the plan (norm/norm_plan.cpp) with its launch shape.
+// The quantized twin's launch shape: the plain kernel's, so that the same
+// blocks reduce the rows in the same order and v is bit for bit what
+// fnorm_norm_fwd computes (the twin has the same launch bounds: any block
+// the plain kernel takes, it takes). Its own occupancy is asked at that
+// shape, which also raises its dynamic shared memory limit as the plain
+// kernel's was (the shared-memory tier).
 template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t shape_norm_fwd_quant(const NormFwdParams &p, const DeviceContext &ctx, LaunchShape *s) {
+  cudaError_t err = shape_norm_fwd<T, PACK, TIER, NPACK>(p, ctx, s);
+  if (err != cudaSuccess) return err;
+  using Load = LoadRow<T, PACK>;
+  using Store = StoreQuant<T, PACK>;
+  const void *kernel;
+  if constexpr (TIER == Tier::Warp) {
+    kernel = reinterpret_cast<const void *>(norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    kernel = reinterpret_cast<const void *>(norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>);
+  } else {
+    kernel = TIER == Tier::BlockSmem ? reinterpret_cast<const void *>(norm_fwd_smem_kernel<T, PACK, Load, Store>)
+                                     : reinterpret_cast<const void *>(norm_fwd_uncached_kernel<T, PACK, Load, Store>);
+  }
+  int occ = 0;
+  err = cached_occupancy(ctx.occupancy, kernel, s->block, s->smem, &occ);
+  if (err != cudaSuccess) return err;
+  if (occ == 0) s->blocks_per_sm = 0;  // the planner reports a block that fits no SM
+  return cudaSuccess;
+}
+
+// Executes the plan (norm/norm_plan.cpp) with its launch shape. QUANT: y
+// holds quantized codes (StoreQuant) instead of T.
+template <typename T, int PACK, Tier TIER, int NPACK, bool QUANT>
 cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchShape &s, cudaStream_t stream) {
   using Load = LoadRow<T, PACK>;
-  using Store = StoreAffine<T, PACK>;
+  using Store = std::conditional_t<QUANT, StoreQuant<T, PACK>, StoreAffine<T, PACK>>;
   const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
                   static_cast<T *>(p.sum), p.x_row_stride};
-  const Store store{static_cast<T *>(p.y), p.y_row_stride, p.gamma, p.beta, p.param_f32,
-                    p.zero_centered};
+  const Affine<T, PACK> affine{p.gamma, p.beta, p.param_f32, p.zero_centered};
+  const Store store = [&] {
+    if constexpr (QUANT) {
+      return Store{static_cast<uint8_t *>(p.y), p.y_row_stride, affine, p.quant_scale, p.amax, p.quant,
+                   p.quant_per_token};
+    } else {
+      return Store{static_cast<T *>(p.y), p.y_row_stride, affine};
+    }
+  }();
   const auto grid = static_cast<unsigned>(s.grid);
   if constexpr (TIER == Tier::Warp) {
     norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store><<<grid, kWarpTierBlock, 0, stream>>>(p, load, store);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/launch.hpp"
+#include "core/quant.hpp"
 #include "fusednorm.h"
 #include "kernel_config.hpp"
 
@@ -43,6 +44,14 @@ struct NormFwdParams {
   // groups) per row, the hardware starting the next block on an SM as soon
   // as one retires.
   bool grid_per_row = false;
+  // Quantized output (the instances' launch_quant only): y holds one-byte
+  // codes of `quant`, y_row_stride counts them. quant_scale: per tensor, the
+  // scale read; per token, the rows scales written. amax: optional, one fp32
+  // zeroed before the launch. The rules: api/fusednorm.h, fnorm_norm_fwd_quant.
+  QuantKind quant = QuantKind::E4M3;
+  bool quant_per_token = false;
+  float *quant_scale = nullptr;
+  float *amax = nullptr;
 };
 
 // Assumptions as NormFwdParams for x/dy/dsum/dx and gamma.
@@ -115,6 +124,10 @@ struct NormFwdInstance {
   int npack;
   NormFwdShapeFn shape;
   NormFwdLaunchFn launch;
+  // The same kernel writing y as quantized codes (fnorm_norm_fwd_quant):
+  // its shape is `shape`'s (norm_fwd.cuh: shape_norm_fwd_quant).
+  NormFwdShapeFn quant_shape;
+  NormFwdLaunchFn launch_quant;
   const char *name;
 };
 

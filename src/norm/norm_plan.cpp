@@ -350,6 +350,12 @@ NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan) {
   p.y_row_stride = v.y_row_stride;
   p.eps = v.eps();
   p.grid_per_row = plan.grid_per_row;
+  if (v.quantized()) {
+    p.quant = v.out_dtype == FNORM_DTYPE_FLOAT8_E4M3   ? QuantKind::E4M3
+              : v.out_dtype == FNORM_DTYPE_FLOAT8_E5M2 ? QuantKind::E5M2
+                                                       : QuantKind::Int8;
+    p.quant_per_token = v.per_token();
+  }
   return p;
 }
 
@@ -367,7 +373,10 @@ const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pac
     const DeviceContext ctx = device_context(h);
     NormFwdPlan plan = plan_norm_fwd(pb, pack, ctx, pb.rms(), pb.has(kNormResidual));
     apply_fwd_tuning(pb, pack, ctx.dev, h->tuning.norm_fwd, plan);
-    check_cuda(plan.instance->shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
+    // A quantized output (the problem's out_dtype keeps its plans apart in
+    // the cache) launches the instance's twin, with the plain kernel's shape.
+    const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
+    check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
     if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
     return plan;
   });

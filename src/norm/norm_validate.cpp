@@ -16,7 +16,7 @@ float NormProblem::eps() const {
 
 uint32_t NormFwdArgs::present() const {
   return (residual ? kNormResidual : 0) | (sum ? kNormSum : 0) | (gamma ? kNormGamma : 0) | (beta ? kNormBeta : 0) |
-         (mean ? kNormMean : 0) | (rstd ? kNormRstd : 0);
+         (mean ? kNormMean : 0) | (rstd ? kNormRstd : 0) | (amax ? kNormAmax : 0);
 }
 
 uint32_t NormBwdArgs::present() const {
@@ -107,6 +107,32 @@ NormProblem describe_norm_fwd(const fnorm_norm_desc *norm, const fnorm_tensor_de
   return v;
 }
 
+NormTensor quant_scaling_bit(fnorm_quant_scaling_t scaling) {
+  FNORM_REQUIRE(scaling == FNORM_QUANT_SCALING_PER_TENSOR || scaling == FNORM_QUANT_SCALING_PER_TOKEN,
+                FNORM_STATUS_BAD_PARAM, "argument 'scaling' has unknown value %d", static_cast<int>(scaling));
+  return scaling == FNORM_QUANT_SCALING_PER_TOKEN ? kNormScales : kNormScale;
+}
+
+NormProblem describe_norm_fwd_quant(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                                    const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc,
+                                    fnorm_quant_scaling_t scaling, uint32_t present) {
+  FNORM_REQUIRE_NOT_NULL(norm);
+  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
+  const fnorm_tensor_desc &y = require_set(y_desc, "y_desc", true);
+  const NormTensor bit = quant_scaling_bit(scaling);
+  FNORM_REQUIRE(!(y.dtype == FNORM_DTYPE_INT8 && bit == kNormScale), FNORM_STATUS_NOT_SUPPORTED,
+                "argument 'scaling': INT8 output is per-token (dynamic) only; PER_TENSOR is not supported");
+  // y is laid out as x is, in its own elements: described as x's dtype,
+  // then given its own.
+  fnorm_tensor_desc y_as_x = y;
+  y_as_x.dtype = x.dtype;
+  NormProblem v = describe_norm_fwd(norm, x_desc, w_desc, &y_as_x, (present & ~(kNormScale | kNormScales)) | bit);
+  v.out_dtype = y.dtype;
+  return v;
+}
+
+size_t quant_scale_bytes(const NormProblem &pb) { return pb.per_token() ? stat_bytes(pb) : sizeof(float); }
+
 NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
                               const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc,
                               const fnorm_tensor_desc *w_desc, uint32_t present) {
@@ -139,16 +165,38 @@ void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const Nor
                 "argument 'sum' is given without 'residual'");
   const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
   const size_t params = param_bytes(pb), stats = stat_bytes(pb);
+  const size_t y_bytes = rows_bytes(pb, pb.y_row_stride, pb.out_dtype, "y_desc");
+  if (!pb.quantized()) {
+    const std::initializer_list<Buffer> buffers = {
+        input("x", a.x, data, pb.x_row_stride),
+        input("residual", a.residual, data, pb.x_row_stride),
+        input("gamma", a.gamma, params),
+        input("beta", a.beta, params),
+        output("sum", a.sum, data, pb.x_row_stride),
+        output("y", a.y, y_bytes, pb.y_row_stride),
+        output("mean", a.mean, stats),
+        output("rstd", a.rstd, stats)};
+    require_no_overlap(buffers, {{"y", "x"}, {"sum", "x"}, {"sum", "residual"}});
+    require_device_memory(h, buffers);
+    return;
+  }
+  // Quantized: y (one-byte codes) is never in place of x; the scale is read
+  // (per tensor) or written (per token); amax is written.
+  if (pb.elements() != 0) require_not_null(a.scale, "scale");
+  const size_t scale_bytes = quant_scale_bytes(pb);
+  const Buffer scale = pb.per_token() ? output("scale", a.scale, scale_bytes) : input("scale", a.scale, scale_bytes);
   const std::initializer_list<Buffer> buffers = {
       input("x", a.x, data, pb.x_row_stride),
       input("residual", a.residual, data, pb.x_row_stride),
       input("gamma", a.gamma, params),
       input("beta", a.beta, params),
+      scale,
       output("sum", a.sum, data, pb.x_row_stride),
-      output("y", a.y, rows_bytes(pb, pb.y_row_stride, pb.out_dtype, "y_desc"), pb.y_row_stride),
+      output("y", a.y, y_bytes, pb.y_row_stride),
+      output("amax", a.amax, sizeof(float)),
       output("mean", a.mean, stats),
       output("rstd", a.rstd, stats)};
-  require_no_overlap(buffers, {{"y", "x"}, {"sum", "x"}, {"sum", "residual"}});
+  require_no_overlap(buffers, {{"sum", "x"}, {"sum", "residual"}});
   require_device_memory(h, buffers);
 }
 

@@ -19,15 +19,17 @@ with open(os.path.join(ROOT, "api", "fusednorm.h")) as f:
 HEADER_CODE = re.sub(r"/\*.*?\*/", " ", HEADER, flags=re.S)
 
 
-def header_enum(typedef_name):
+def header_enum(typedef_name, prefix=None):
     """{NAME without prefix: value} of `typedef enum <typedef_name> {...}`;
-    the prefix is what all its constants share (FNORM_STATUS_, ...)."""
+    the prefix is what all its constants share (FNORM_STATUS_, ...) unless
+    given (where the names share more than it: PER_TENSOR, PER_TOKEN)."""
     m = re.search(rf"typedef\s+enum\s+{typedef_name}\s*\{{(.*?)\}}", HEADER_CODE, re.S)
     assert m, f"enum {typedef_name} not in the header"
     items = re.findall(r"\b(FNORM_\w+)\s*=\s*(\d+)", m.group(1))
     names = [n for n, _ in items]
-    prefix = os.path.commonprefix(names)
-    prefix = prefix[:prefix.rfind("_") + 1]
+    if prefix is None:
+        prefix = os.path.commonprefix(names)
+        prefix = prefix[:prefix.rfind("_") + 1]
     return {n[len(prefix):]: int(v) for n, v in items}
 
 
@@ -88,6 +90,7 @@ class EnumsAndPrototypes(unittest.TestCase):
         self.assertEqual(header_enum("fnorm_dtype"), {d.name: d.value for d in fn.DType})
         self.assertEqual(header_enum("fnorm_norm_mode"), {m.name: m.value for m in fn.NormMode})
         self.assertEqual(header_enum("fnorm_norm_flag"), {f.name: f.value for f in fn.NormFlag})
+        self.assertEqual(header_enum("fnorm_quant_scaling", "FNORM_QUANT_SCALING_"), {q.name: q.value for q in fn.QuantScaling})
         m = re.search(r"#define\s+FNORM_MAX_RANK\s+(\d+)", HEADER_CODE)
         self.assertEqual(int(m.group(1)), fn.MAX_RANK)
 
@@ -224,6 +227,23 @@ class WorkspaceQueries(unittest.TestCase):
                     # 0 today, as the header documents.
                     self.assertEqual(fn.norm_fwd_workspace_size(self.h, nd, x, x), 0)
                     self.assertGreaterEqual(fn.norm_bwd_workspace_size(self.h, nd, x, w32), 0)
+
+    def test_quant_queries(self):
+        x = fn.TensorDesc(fn.DType.BFLOAT16, [3, 5, 64])
+        nd = fn.NormDesc(fn.NormMode.RMSNORM, -1, 1e-6)
+        for dt in (fn.DType.FLOAT8_E4M3, fn.DType.FLOAT8_E5M2, fn.DType.INT8):
+            y = fn.TensorDesc(dt, [3, 5, 64])
+            self.assertEqual(fn.norm_fwd_quant_workspace_size(self.h, nd, x, y, fn.QuantScaling.PER_TOKEN), 0)
+        self.assertEqual(fn.norm_fwd_quant_scale_size(self.h, nd, x, fn.QuantScaling.PER_TOKEN), 15 * 4)
+        self.assertEqual(fn.norm_fwd_quant_scale_size(self.h, nd, x, fn.QuantScaling.PER_TENSOR), 4)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.norm_fwd_quant_workspace_size(self.h, nd, x, fn.TensorDesc(fn.DType.INT8, [3, 5, 64]),
+                                             fn.QuantScaling.PER_TENSOR)
+        self.assertEqual(cm.exception.status, fn.Status.NOT_SUPPORTED)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.norm_fwd_quant_workspace_size(self.h, nd, x, x, fn.QuantScaling.PER_TOKEN)
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM_SHAPE)
+        self.assertIn("y_desc", str(cm.exception))
 
     def test_bwd_workspace_holds_partial_sums(self):
         # dgamma/dbeta are reduced across rows through per-block partial sums

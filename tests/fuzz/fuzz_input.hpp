@@ -115,7 +115,7 @@ struct Tensor {
 
   void fill(Input &in) {
     if (in.pick(16) == 0) return;  // never set
-    const fnorm_dtype_t dt = in.enum_value<fnorm_dtype_t>(3);
+    const fnorm_dtype_t dt = in.enum_value<fnorm_dtype_t>(6);  // the one-byte output dtypes too
     int32_t rank = 1 + static_cast<int32_t>(in.pick(5));
     if (in.pick(20) == 0) rank = static_cast<int32_t>(in.raw<int8_t>());
     int64_t dims[FNORM_MAX_RANK + 2] = {};

@@ -37,6 +37,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz::read_last_error();
     if (h && nd && qout && qx == x.d && qy == ys->d) fuzz::expect_refused(q, l, "fnorm_norm_fwd");
 
+    // The quantized forward: y one of the one-byte dtypes where the fuzzed
+    // descriptor has one, scale / amax placed anywhere. The query's own
+    // arguments decide whether its refusal binds the launch, as above.
+    const auto scaling = in.enum_value<fnorm_quant_scaling_t>(2);
+    size_t quant_ws = 777, scale_bytes = 0;
+    const fnorm_tensor_desc_t qqx = x.maybe(in), qqy = ys->maybe(in);
+    size_t *qqout = in.pick(16) ? &quant_ws : nullptr;
+    const fnorm_status_t qq = fnorm_norm_fwd_quant_workspace_size(h, nd, qqx, qqy, scaling, qqout);
+    fuzz::read_last_error();
+    fnorm_norm_fwd_quant_scale_size(h, nd, x.maybe(in), scaling, in.pick(16) ? &scale_bytes : nullptr);
+    fuzz::read_last_error();
+    void *qpx = in.ptr();
+    const fnorm_status_t ql = fnorm_norm_fwd_quant(
+        h, nullptr, nd, x.d, qpx, in.flag() ? nullptr : in.ptr(), in.flag() ? nullptr : in.ptr(),
+        in.flag() ? w.d : nullptr, in.flag() ? in.ptr() : nullptr, in.flag() ? in.ptr() : nullptr, ys->d,
+        in.flag() ? qpx : in.ptr(), scaling, static_cast<float *>(in.pick(16) ? in.ptr() : nullptr),
+        static_cast<float *>(in.flag() ? in.ptr() : nullptr), static_cast<float *>(in.flag() ? in.ptr() : nullptr),
+        static_cast<float *>(in.flag() ? in.ptr() : nullptr), in.ptr(), in.pick(2) ? quant_ws : in.bytes());
+    fuzz::read_last_error();
+    if (h && nd && qqout && qqx == x.d && qqy == ys->d) fuzz::expect_refused(qq, ql, "fnorm_norm_fwd_quant");
+
     size_t bwd_ws = 777;
     fuzz::Tensor *wq = in.flag() ? &w : nullptr;
     fnorm_norm_bwd_workspace_size(h, nd, x.maybe(in), wq ? wq->d : nullptr, in.pick(16) ? &bwd_ws : nullptr);

@@ -65,6 +65,7 @@ cudaError_t fill_uniform(fnorm_dtype_t dtype, void *p, int64_t n, uint64_t seed,
     case FNORM_DTYPE_BFLOAT16:
       fill_kernel<<<grid, block, 0, stream>>>(static_cast<__nv_bfloat16 *>(p), n, seed, lo, hi, cols, row_shift);
       break;
+    default: return cudaErrorInvalidValue;  // the one-byte dtypes are outputs only
   }
   return cudaGetLastError();
 }
@@ -81,6 +82,7 @@ cudaError_t count_nonfinite(fnorm_dtype_t dtype, const void *p, int64_t n, int64
     case FNORM_DTYPE_BFLOAT16:
       nonfinite_kernel<<<grid, block>>>(static_cast<const __nv_bfloat16 *>(p), n, d);
       break;
+    default: cudaFree(d); return cudaErrorInvalidValue;  // the one-byte dtypes are outputs only
   }
   unsigned long long h = 0;
   err = cudaGetLastError();

@@ -562,7 +562,7 @@ void test_dispatch_table() {
   }
   for (size_t i = 0; i < fnorm::kNormFwdInstanceCount; ++i) {
     const fnorm::NormFwdInstance &e = fnorm::kNormFwdInstances[i];
-    CHECK(e.launch != nullptr && e.shape != nullptr);
+    CHECK(e.launch != nullptr && e.shape != nullptr && e.launch_quant != nullptr && e.quant_shape != nullptr);
     CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
     CHECK((e.tier == fnorm::Tier::Warp || e.tier == fnorm::Tier::BlockRegisters) == (e.npack > 0));
     const std::string name = e.name;

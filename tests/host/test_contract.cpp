@@ -126,6 +126,30 @@ void test_norm_overlaps() {
                   fnorm::check_norm_fwd_args(h, pb, a);
                 });
               }});
+  // The quantized forward: y (one-byte codes) never in place; the scale an
+  // input per tensor, an output per token; amax an output.
+  Desc q;
+  q.set(FNORM_DTYPE_FLOAT8_E4M3, {4, 8, 768});
+  for (fnorm_quant_scaling_t scaling : {FNORM_QUANT_SCALING_PER_TENSOR, FNORM_QUANT_SCALING_PER_TOKEN}) {
+    const bool per_token = scaling == FNORM_QUANT_SCALING_PER_TOKEN;
+    std::vector<std::string> outs = {"sum", "y", "amax", "mean", "rstd"};
+    if (per_token) outs.push_back("scale");
+    run_matrix({per_token ? "fnorm_norm_fwd_quant (per token)" : "fnorm_norm_fwd_quant (per tensor)",
+                {"x", "residual", "sum", "gamma", "beta", "y", "scale", "amax", "mean", "rstd"},
+                outs,
+                {{"sum", "x"}, {"sum", "residual"}},
+                [&](const std::map<std::string, void *> &p) {
+                  return guarded([&] {
+                    fnorm::NormFwdArgs a{p.at("x"), p.at("residual"), p.at("sum"), p.at("gamma"), p.at("beta"),
+                                         p.at("y"), static_cast<float *>(p.at("mean")),
+                                         static_cast<float *>(p.at("rstd")), static_cast<float *>(p.at("scale")),
+                                         static_cast<float *>(p.at("amax"))};
+                    const fnorm::NormProblem pb =
+                        fnorm::describe_norm_fwd_quant(n.d, x.d, w.d, q.d, scaling, a.present());
+                    fnorm::check_norm_fwd_args(h, pb, a);
+                  });
+                }});
+  }
   run_matrix({"fnorm_norm_bwd",
               {"x", "dy", "dsum", "mean", "rstd", "gamma", "dx", "dgamma", "dbeta", "workspace"},
               {"dx", "dgamma", "dbeta", "workspace"},

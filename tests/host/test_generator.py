@@ -112,10 +112,13 @@ class RenderTest(unittest.TestCase):
             self.assertIn(generate.BANNER, table)
             insts = [i for i in instances.all_instances(["f16"]) if i.op == "norm_fwd"]
             for idx, i in enumerate(insts):
-                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, \"{i.name}\"}}", table)
+                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, gen::{i.name}_quant_shape, gen::{i.name}_quant, \"{i.name}\"}}", table)
             cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
-            self.assertEqual(cu.count("launch_norm_fwd<__half,"), len(insts))
+            # Every instance twice: y in x's dtype, and y quantized.
+            self.assertEqual(cu.count("launch_norm_fwd<__half,"), 2 * len(insts))
             self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd_quant<__half,"), len(insts))
+            self.assertEqual(cu.count(", true>(p, s, stream)"), len(insts))
             bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
             cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))

@@ -17,7 +17,12 @@ Each case draws, from one seeded generator, an op and everything about it:
     refused, outputs untouched);
   - the linear layer forward + backward: every epilogue (none, bias,
     bias+ReLU, bias+GELU), both weight layouts, x of rank 2 or 3, rows that
-    are a slice of wider rows (x, w, y), padding that breaks alignment.
+    are a slice of wider rows (x, w, y), padding that breaks alignment;
+  - LayerNorm / RMSNorm with a quantized output (FP8 E4M3 / E5M2 static or
+    per token, INT8 per token), residual (sum allocated, given, in place),
+    the layouts above, y in its own padded layout: codes against torch's
+    composition on the float64 norm, either neighbour accepted within the
+    fp32 band of a rounding boundary; per-token scales and amax within it.
 Every output is poisoned with NaN first, NaN never passes, and every value
 must satisfy |ours - ref| <= bound, where ref is PyTorch in float64 on the
 very (rounded) inputs the library got and the bound is the per-dtype
@@ -679,7 +684,109 @@ def linear_case(r: random.Random, pinned=None) -> str:
 
 
 # ---------------------------------------------------------------------------
-OPS = [("norm", norm_case), ("batchnorm", bn_case), ("linear", linear_case)]
+# ---------------------------------------------------------------------------
+# LayerNorm / RMSNorm with a quantized output (fnorm_norm_fwd_quant)
+# ---------------------------------------------------------------------------
+QMAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0, torch.int8: 127.0}
+
+
+def q_codes(v, s, qdt):
+    """The header's rules (torch's composition) on float64 v and scale s."""
+    m = QMAX[qdt]
+    t = v / s
+    q = t.round().clamp(-127, 127).to(torch.int8) if qdt == torch.int8 else t.clamp(-m, m).to(qdt)
+    return q.double()
+
+
+def quant_case(r: random.Random) -> str:
+    mode = r.choice([fn.NormMode.LAYERNORM, fn.NormMode.RMSNORM])
+    ln = mode == fn.NormMode.LAYERNORM
+    dtype = r.choice(DTYPES)
+    qdt = r.choice([torch.float8_e4m3fn, torch.float8_e5m2, torch.int8])
+    per_token = qdt == torch.int8 or r.random() < 0.6
+    cols = r.choice([65537, 131072]) if r.random() < 0.05 else draw_size(r, 5000)
+    rows = r.randint(1, 4) if cols > 65536 else draw_size(r, 600)
+    while rows * cols > MAX_ELEMS:
+        rows = max(1, rows // 2)
+    shape = [rows, cols]
+    layout = r.choice(["packed", "packed", "colslice", "rowstep"])
+    pad = r.choice([1, 3, 8, 64]) if layout == "colslice" else 0
+    step = 2 if layout == "rowstep" else 1
+    g = torch.Generator(device=DEV).manual_seed(r.getrandbits(62))
+    x = strided(shape, dtype, pad, step, fill=(2 * torch.randn(shape, generator=g, device=DEV) + 1).to(dtype))
+    has_res = r.random() < 0.4
+    res = strided(shape, dtype, pad, step, fill=torch.randn(shape, generator=g, device=DEV).to(dtype)) \
+        if has_res else None
+    wdt = r.choice([dtype, FP32])
+    zc = r.random() < 0.2
+    w = ((torch.rand(cols, generator=g, device=DEV) - 0.5) if zc else
+         (torch.rand(cols, generator=g, device=DEV) + 0.5)).to(wdt) if r.random() < 0.8 else None
+    zc = zc and w is not None
+    b = (torch.rand(cols, generator=g, device=DEV) - 0.5).to(w.dtype if w is not None else wdt) \
+        if ln and r.random() < 0.7 else None
+    x0, r0 = x.clone(), (res.clone() if res is not None else None)
+    sum_where = r.choice(["alloc", "given", "x", "res"]) if has_res else None
+    sum_out = {"given": poisoned_like(x) if has_res else None, "x": x, "res": res}.get(sum_where)
+    # y in its own padded layout sometimes (one-byte codes poisoned 0xFF).
+    out = ybase = None
+    if r.random() < 0.3:
+        ybase = torch.full((rows, cols + r.choice([0, 1, 5])), 0xFF, dtype=torch.uint8, device=DEV)
+        out = ybase.view(qdt)[:, :cols]
+    # A static scale mapping |v| = c to the format's largest value: |v|
+    # reaches about 8, so c < 8 saturates some codes.
+    scale = None if per_token else torch.tensor(r.choice([2.0, 6.0, 12.0]) / QMAX[qdt], device=DEV)
+    eps = 1e-5 if ln else 1e-6
+    desc = CASE["desc"] = (f"QUANT {'LN' if ln else 'RMS'} {NAMES[dtype]} -> {qdt} "
+                           f"{'per-token' if per_token else 'static'} x{shape} {layout}{pad or ''} "
+                           f"w={NAMES[wdt] if w is not None else '-'} b={'y' if b is not None else '-'} zc={int(zc)} "
+                           f"res={sum_where or '-'} y={'own' if out is not None else 'alloc'}")
+    if ln:
+        got = fn.layer_norm_quant(x, w, b, eps, residual=res, dtype=qdt, scale=scale, return_amax=True,
+                                  zero_centered_gamma=zc, out=out, sum_out=sum_out)
+    else:
+        got = fn.rms_norm_quant(x, w, eps, residual=res, dtype=qdt, scale=scale, return_amax=True,
+                                zero_centered_gamma=zc, out=out, sum_out=sum_out)
+    torch.cuda.synchronize()
+    y, sc, amax = got[0], got[1], got[-1]
+    s_ref = (x0.double() + r0.double()).to(dtype) if has_res else x0
+    if has_res and not torch.equal(got[2], s_ref):
+        raise Failure("sum differs from x + residual rounded to x's dtype")
+    s64 = s_ref.double()
+    if ln:
+        rstd = 1 / torch.sqrt(s64.var(1, unbiased=False, keepdim=True) + eps)
+        xh = (s64 - s64.mean(1, keepdim=True)) * rstd
+        kappa = s64.abs().amax(1, keepdim=True) * rstd
+    else:
+        xh = s64 / torch.sqrt((s64 * s64).mean(1, keepdim=True) + eps)
+        kappa = torch.ones(rows, 1, dtype=torch.float64, device=DEV)
+    gam = (w.double() + (1 if zc else 0)) if w is not None else torch.ones(cols, dtype=torch.float64, device=DEV)
+    v = xh * gam + (b.double() if b is not None else 0)
+    # v is fp32 arithmetic whatever the dtype: the fp32 forward bound.
+    tol = NORM_FWD_TOL[FP32] * (1 + v.abs()) + COND_K * EPS32 * kappa * gam.abs().max()
+    m = QMAX[qdt]
+    if per_token:
+        floor = torch.finfo(torch.float32).eps if qdt == torch.int8 else \
+            torch.tensor(1.0 / (m * 512), dtype=torch.float32).item()
+        sref = (v.abs().amax(1) / m).clamp(min=floor)
+        check("scale", sc, sref, (tol.amax(1) / m) + 1e-12)
+        sd = sc.double().reshape(rows, 1)
+    else:
+        sd = sc.double()
+    want = q_codes(v, sd, qdt)
+    lo, hi = q_codes(v - tol, sd, qdt), q_codes(v + tol, sd, qdt)
+    gv = y.double()
+    ok = (gv == want) | ((lo != hi) & (gv >= torch.minimum(lo, hi)) & (gv <= torch.maximum(lo, hi)))
+    if not bool(ok.all()):
+        i = tuple((~ok).nonzero()[0].tolist())
+        raise Failure(f"codes: {int((~ok).sum())} of {gv.numel()} off, first at {list(i)}: v {v[i].item():.9g}, "
+                      f"s {sd.expand_as(v)[i].item():.6g}, ours {gv[i].item()}, ref {want[i].item()}")
+    check("amax", amax.reshape(1), v.abs().amax().reshape(1), tol.amax().reshape(1))
+    if ybase is not None and not bool((ybase[:, cols:] == 0xFF).all()):
+        raise Failure("y's padding was written")
+    return desc
+
+
+OPS = [("norm", norm_case), ("batchnorm", bn_case), ("linear", linear_case), ("norm_quant", quant_case)]
 
 
 def main() -> int:

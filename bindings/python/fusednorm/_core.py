@@ -24,7 +24,7 @@ import math
 import os
 import threading
 
-__all__ = ["Status", "DType", "NormMode", "NormFlag", "FusedNormError", "lib", "check",
+__all__ = ["Status", "DType", "NormMode", "NormFlag", "QuantScaling", "FusedNormError", "lib", "check",
            "last_error_message", "version", "Handle", "TensorDesc", "MAX_RANK"]
 
 
@@ -51,11 +51,21 @@ class DType(enum.IntEnum):
     FLOAT32 = 0
     FLOAT16 = 1
     BFLOAT16 = 2
+    # One-byte quantized outputs (fnorm_norm_fwd_quant's y only).
+    FLOAT8_E4M3 = 3
+    FLOAT8_E5M2 = 4
+    INT8 = 5
 
 
 class NormMode(enum.IntEnum):
     LAYERNORM = 0
     RMSNORM = 1
+
+
+class QuantScaling(enum.IntEnum):
+    """How a quantized output is scaled (fnorm_quant_scaling_t)."""
+    PER_TENSOR = 0
+    PER_TOKEN = 1
 
 
 class NormFlag(enum.IntEnum):
@@ -318,6 +328,17 @@ def _dtype_of(t, what: str) -> DType:
         return table[t.dtype]
     except KeyError:
         raise TypeError(f"{what}: dtype {t.dtype} is not float32, float16 or bfloat16") from None
+
+
+def _quant_dtype_of(dtype, what: str) -> DType:
+    """The library's quantized dtype for a torch dtype (float8_e4m3fn,
+    float8_e5m2, int8)."""
+    import torch
+    table = {torch.float8_e4m3fn: DType.FLOAT8_E4M3, torch.float8_e5m2: DType.FLOAT8_E5M2, torch.int8: DType.INT8}
+    try:
+        return table[dtype]
+    except KeyError:
+        raise TypeError(f"{what}: dtype {dtype} is not float8_e4m3fn, float8_e5m2 or int8") from None
 
 
 def _desc_of(t, what: str) -> TensorDesc:

@@ -17,12 +17,13 @@ import ctypes
 import functools
 
 from . import _core
-from ._core import (NormFlag, NormMode, _Owned, _axis, _desc_of, _dtype_of, _empty_with_layout_of, _enum,
-                    _handle_for, _i32, _on_device, _p, _ptr, _rows, _rowwise, _same_layout, _size, _sizep,
-                    _stat, _status, _tensor_desc, _u32, _with_layout_of, _workspace, check)
+from ._core import (NormFlag, NormMode, QuantScaling, _Owned, _axis, _desc_of, _dtype_of, _empty_with_layout_of,
+                    _enum, _handle_for, _i32, _on_device, _p, _ptr, _quant_dtype_of, _rows, _rowwise, _same_layout,
+                    _size, _sizep, _stat, _status, _tensor_desc, _u32, _with_layout_of, _workspace, check)
 
 __all__ = ["NormDesc", "norm_fwd_workspace_size", "norm_bwd_workspace_size", "layer_norm", "rms_norm",
-           "norm_backward"]
+           "norm_backward", "norm_fwd_quant_workspace_size", "norm_fwd_quant_scale_size", "layer_norm_quant",
+           "rms_norm_quant"]
 
 _NORM_PROTOTYPES = {
     "fnorm_norm_desc_create": (_status, [ctypes.POINTER(_p)]),
@@ -37,6 +38,14 @@ _NORM_PROTOTYPES = {
     # (handle, stream, norm, x_desc, x, residual, sum, w_desc, gamma, beta,
     #  y_desc, y, mean, rstd, workspace, workspace_bytes)
     "fnorm_norm_fwd": (_status, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _size]),
+    # (handle, norm, x_desc, y_desc, scaling, workspace_bytes*)
+    "fnorm_norm_fwd_quant_workspace_size": (_status, [_p, _p, _p, _p, _enum, _sizep]),
+    # (handle, norm, x_desc, scaling, scale_bytes*)
+    "fnorm_norm_fwd_quant_scale_size": (_status, [_p, _p, _p, _enum, _sizep]),
+    # (handle, stream, norm, x_desc, x, residual, sum, w_desc, gamma, beta,
+    #  y_desc, y, scaling, scale, amax, mean, rstd, workspace, workspace_bytes)
+    "fnorm_norm_fwd_quant": (_status, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _enum, _p, _p, _p, _p, _p,
+                                       _size]),
     # (handle, norm, x_desc, w_desc, workspace_bytes*)
     "fnorm_norm_bwd_workspace_size": (_status, [_p, _p, _p, _p, _sizep]),
     # (handle, stream, norm, x_desc, x, dy_desc, dy, mean, rstd, w_desc, gamma,
@@ -79,6 +88,22 @@ def norm_fwd_workspace_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc, 
     """Bytes of scratch fnorm_norm_fwd needs (validates the descriptors)."""
     n = _size()
     check(_core.lib.fnorm_norm_fwd_workspace_size(handle.ptr, norm.ptr, x_desc.ptr, y_desc.ptr, ctypes.byref(n)))
+    return n.value
+
+
+def norm_fwd_quant_workspace_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc, y_desc: TensorDesc,
+                                  scaling: QuantScaling) -> int:
+    """Bytes of scratch fnorm_norm_fwd_quant needs (validates the descriptors)."""
+    n = _size()
+    check(_core.lib.fnorm_norm_fwd_quant_workspace_size(handle.ptr, norm.ptr, x_desc.ptr, y_desc.ptr, int(scaling),
+                                                        ctypes.byref(n)))
+    return n.value
+
+
+def norm_fwd_quant_scale_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc, scaling: QuantScaling) -> int:
+    """Bytes of fnorm_norm_fwd_quant's scale: 4 per tensor, 4 * rows per token."""
+    n = _size()
+    check(_core.lib.fnorm_norm_fwd_quant_scale_size(handle.ptr, norm.ptr, x_desc.ptr, int(scaling), ctypes.byref(n)))
     return n.value
 
 
@@ -195,6 +220,114 @@ def rms_norm(x, weight=None, eps: float = 1e-6, residual=None, zero_centered_gam
     """
     return _norm_fwd(NormMode.RMSNORM, x, weight, None, eps, residual, zero_centered_gamma, return_stats,
                      out, sum_out, None, rstd_out, begin_norm_axis, stream)
+
+
+def _norm_fwd_quant(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamma, dtype, scale,
+                    return_amax, return_stats, out, sum_out, begin_norm_axis, stream):
+    import torch
+    if not x.is_cuda:
+        raise ValueError("x must be a CUDA tensor")
+    dev = x.device
+    for t, name in ((weight, "weight"), (bias, "bias"), (residual, "residual"), (out, "out"),
+                    (sum_out, "sum_out"), (scale, "scale")):
+        _on_device(t, name, dev)
+    if sum_out is not None and residual is None:
+        raise ValueError("sum_out needs residual")
+    qdt = _quant_dtype_of(dtype, "dtype")
+    rows = _rows(x, begin_norm_axis)
+    x_in = x
+    x = _rowwise(x, _axis(x, begin_norm_axis))
+    if x is not x_in and sum_out is x_in:
+        raise ValueError("x's layout is not one the library takes (it was copied): sum_out cannot be x")
+    residual = _with_layout_of(residual, x, "residual")
+    _same_layout(sum_out, "sum_out", x)
+    if out is not None and (out.shape != x.shape or out.dtype != dtype):
+        raise ValueError(f"out must be a {dtype} tensor of x's shape {tuple(x.shape)}; got {out.dtype}, "
+                         f"{tuple(out.shape)}")
+    y = torch.empty(x.shape, dtype=dtype, device=dev) if out is None else _rowwise(out, _axis(x, begin_norm_axis))
+    if out is not None and y is not out:
+        raise ValueError("out's layout is not one the library takes (rows must collapse into one stride)")
+    s = None
+    if residual is not None:
+        s = _empty_with_layout_of(x) if sum_out is None else sum_out
+    if scale is None:
+        scaling = QuantScaling.PER_TOKEN
+        scale_t = torch.empty(x.shape[:_axis(x, begin_norm_axis)], dtype=torch.float32, device=dev)
+    else:
+        scaling = QuantScaling.PER_TENSOR
+        if scale.dtype != torch.float32 or scale.numel() != 1:
+            raise ValueError(f"scale must be a float32 tensor of one element (got {scale.dtype}, "
+                             f"{tuple(scale.shape)})")
+        scale_t = scale
+    amax = torch.empty((), dtype=torch.float32, device=dev) if return_amax else None
+    mean = rstd = None
+    if return_stats:
+        if mode == NormMode.LAYERNORM:
+            mean = torch.empty(rows, dtype=torch.float32, device=dev)
+        rstd = torch.empty(rows, dtype=torch.float32, device=dev)
+
+    xd = _desc_of(x, "x")
+    yd = _tensor_desc(qdt, tuple(y.shape), tuple(y.stride()))
+    if weight is not None and bias is not None and (
+            bias.shape != weight.shape or bias.stride() != weight.stride() or bias.dtype != weight.dtype):
+        raise ValueError(f"bias must have weight's dtype, shape and strides ({weight.dtype}, "
+                         f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
+    w = weight if weight is not None else bias
+    wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
+    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
+    handle = _handle_for(dev.index)
+    ws_bytes = norm_fwd_quant_workspace_size(handle, nd, xd, yd, scaling)
+    ws = _workspace(ws_bytes, dev, stream)
+    st = (stream or torch.cuda.current_stream(dev)).cuda_stream
+    check(_core.lib.fnorm_norm_fwd_quant(handle.ptr, st, nd.ptr, xd.ptr, x.data_ptr(), _ptr(residual), _ptr(s),
+                                         wd.ptr if wd else None, _ptr(weight), _ptr(bias), yd.ptr, y.data_ptr(),
+                                         int(scaling), scale_t.data_ptr(), _ptr(amax), _ptr(mean), _ptr(rstd),
+                                         _ptr(ws), ws_bytes))
+    result = [y, scale_t]
+    if s is not None:
+        result.append(s)
+    if return_amax:
+        result.append(amax)
+    if return_stats:
+        if mean is not None:
+            result.append(mean)
+        result.append(rstd)
+    return tuple(result)
+
+
+def layer_norm_quant(x, weight=None, bias=None, eps: float = 1e-5, residual=None, dtype=None, scale=None,
+                     return_amax: bool = False, zero_centered_gamma: bool = False, return_stats: bool = False,
+                     out=None, sum_out=None, begin_norm_axis: int = -1, stream=None):
+    """LayerNorm forward writing y quantized in the same pass (fnorm_norm_fwd_quant).
+
+    dtype: torch.float8_e4m3fn (default), torch.float8_e5m2 or torch.int8.
+    scale: None for dynamic per-token scaling (one float32 scale per row is
+      computed and returned, shaped as x's dimensions before the normalized
+      ones), or a float32 tensor of one element (static per-tensor scaling;
+      FP8 only). y = code(v / scale) with the header's rounding, saturation
+      and NaN rules (v: the fp32 normalized value after weight and bias).
+    return_amax: also return the largest |v| (a 0-dim float32 tensor).
+    Other arguments as layer_norm (out: y's buffer, of `dtype`).
+
+    Returns (y, scale), then s with residual, amax with return_amax, and
+    mean, rstd with return_stats, in that order.
+    """
+    import torch
+    return _norm_fwd_quant(NormMode.LAYERNORM, x, weight, bias, eps, residual, zero_centered_gamma,
+                           torch.float8_e4m3fn if dtype is None else dtype, scale, return_amax, return_stats, out,
+                           sum_out, begin_norm_axis, stream)
+
+
+def rms_norm_quant(x, weight=None, eps: float = 1e-6, residual=None, dtype=None, scale=None,
+                   return_amax: bool = False, zero_centered_gamma: bool = False, return_stats: bool = False,
+                   out=None, sum_out=None, begin_norm_axis: int = -1, stream=None):
+    """RMSNorm forward writing y quantized (arguments and results as
+    layer_norm_quant; RMSNorm has no bias and returns rstd only)."""
+    import torch
+    return _norm_fwd_quant(NormMode.RMSNORM, x, weight, None, eps, residual, zero_centered_gamma,
+                           torch.float8_e4m3fn if dtype is None else dtype, scale, return_amax, return_stats, out,
+                           sum_out, begin_norm_axis, stream)
 
 
 def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=None,

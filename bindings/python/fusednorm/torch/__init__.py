@@ -12,9 +12,11 @@ torch.nn.functional.
 from . import _ops
 from .convert import convert, fuse, swap
 from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, Linear, LayerNorm, RMSNorm, SyncBatchNorm
+from .quant import layer_norm_quant, rms_norm_quant
 
 __all__ = ["LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear",
-           "convert", "fuse", "swap", "ops_available", "ops_unavailable_reason"]
+           "convert", "fuse", "swap", "ops_available", "ops_unavailable_reason", "layer_norm_quant",
+           "rms_norm_quant"]
 
 
 def ops_available() -> bool:

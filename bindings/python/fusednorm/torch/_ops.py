@@ -119,6 +119,16 @@ def _register_fakes() -> None:
     def _norm(x, weight, bias, mode, axis, eps, flags=0):
         return torch.empty_like(x)
 
+    @lib.register_fake("fusednorm::norm_quant")
+    def _norm_quant(x, weight, bias, residual, scale, mode, axis, eps, dtype, want_amax):
+        f32 = dict(dtype=torch.float32, device=x.device)
+        y = x.new_empty(x.shape, dtype=dtype)
+        scales = x.new_empty(x.shape[:axis], **f32) if scale is None else x.new_empty((0,), **f32)
+        s = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device) if residual is not None \
+            else x.new_empty((0,))
+        amax = x.new_empty((), **f32) if want_amax else x.new_empty((0,), **f32)
+        return y, scales, s, amax
+
     def _reserve_bytes(x, epilogue, eps, momentum, comm, sync_flags):
         if not _concrete(x.shape, x.stride()):
             return torch.library.get_ctx().new_dynamic_size()

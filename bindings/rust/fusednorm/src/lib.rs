@@ -43,7 +43,8 @@ pub use desc::{
 pub use error::{last_error_message, Category, Error, Result, Status};
 pub use ops::Stream;
 pub use types::{
-    BnAverage, BnEngine, BnEpilogue, BnSyncFlags, Dtype, LinearEpilogue, LinearFlags, NormFlags, NormMode, WeightLayout,
+    BnAverage, BnEngine, BnEpilogue, BnSyncFlags, Dtype, LinearEpilogue, LinearFlags, NormFlags, NormMode, QuantScaling,
+    WeightLayout,
 };
 
 /// The raw declarations (`fusednorm-sys`), for what the safe layer does not

@@ -26,6 +26,7 @@ use fusednorm_sys as sys;
 
 use crate::desc::*;
 use crate::error::{check, Result};
+use crate::types::QuantScaling;
 
 /// A CUDA stream as the C API takes it (`cudaStream_t` / `CUstream`);
 /// `core::ptr::null_mut()` is the legacy default stream.
@@ -86,6 +87,94 @@ impl Handle {
             beta,
             y_desc.as_raw(),
             y,
+            mean,
+            rstd,
+            workspace,
+            workspace_bytes,
+        ))
+    }
+
+    /// Bytes of workspace [`norm_fwd_quant`](Self::norm_fwd_quant) needs
+    /// (`fnorm_norm_fwd_quant_workspace_size`); `y_desc` in a quantized dtype.
+    pub fn norm_fwd_quant_workspace_size(
+        &self,
+        norm: &NormDesc,
+        x_desc: &TensorDesc,
+        y_desc: &TensorDesc,
+        scaling: QuantScaling,
+    ) -> Result<usize> {
+        let mut b = 0usize;
+        check(unsafe {
+            sys::fnorm_norm_fwd_quant_workspace_size(
+                self.as_raw(),
+                norm.as_raw(),
+                x_desc.as_raw(),
+                y_desc.as_raw(),
+                scaling.raw(),
+                &mut b,
+            )
+        })?;
+        Ok(b)
+    }
+
+    /// Bytes of [`norm_fwd_quant`](Self::norm_fwd_quant)'s `scale`
+    /// (`fnorm_norm_fwd_quant_scale_size`): 4 per tensor, 4 * rows per token.
+    pub fn norm_fwd_quant_scale_size(&self, norm: &NormDesc, x_desc: &TensorDesc, scaling: QuantScaling) -> Result<usize> {
+        let mut b = 0usize;
+        check(unsafe {
+            sys::fnorm_norm_fwd_quant_scale_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), scaling.raw(), &mut b)
+        })?;
+        Ok(b)
+    }
+
+    /// Normalization forward writing y quantized (`fnorm_norm_fwd_quant`):
+    /// the arguments of [`norm_fwd`](Self::norm_fwd), `y_desc` in
+    /// [`Dtype::F8E4M3`], [`Dtype::F8E5M2`] or [`Dtype::I8`], then the
+    /// scaling, `scale` (read per tensor, written per token: see
+    /// [`norm_fwd_quant_scale_size`](Self::norm_fwd_quant_scale_size)) and
+    /// the optional `amax` (one fp32: the largest |value| before scaling).
+    /// The rounding, saturation and NaN rules are the header's.
+    ///
+    /// # Safety
+    /// See the module documentation.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn norm_fwd_quant(
+        &self,
+        stream: Stream,
+        norm: &NormDesc,
+        x_desc: &TensorDesc,
+        x: *const c_void,
+        residual: *const c_void,
+        sum: *mut c_void,
+        w_desc: Option<&TensorDesc>,
+        gamma: *const c_void,
+        beta: *const c_void,
+        y_desc: &TensorDesc,
+        y: *mut c_void,
+        scaling: QuantScaling,
+        scale: *mut f32,
+        amax: *mut f32,
+        mean: *mut f32,
+        rstd: *mut f32,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> Result<()> {
+        check(sys::fnorm_norm_fwd_quant(
+            self.as_raw(),
+            stream,
+            norm.as_raw(),
+            x_desc.as_raw(),
+            x,
+            residual,
+            sum,
+            opt_tensor(w_desc),
+            gamma,
+            beta,
+            y_desc.as_raw(),
+            y,
+            scaling.raw(),
+            scale,
+            amax,
             mean,
             rstd,
             workspace,

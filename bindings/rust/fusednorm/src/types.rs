@@ -46,11 +46,19 @@ macro_rules! c_enum {
 }
 
 c_enum! {
-    /// Element type of a tensor.
+    /// Element type of a tensor. The one-byte types are quantized outputs:
+    /// only [`Handle::norm_fwd_quant`](crate::Handle::norm_fwd_quant)'s y
+    /// takes them.
     Dtype: fnorm_dtype_t, "fnorm_dtype_t" {
         F32 = FNORM_DTYPE_FLOAT32,
         F16 = FNORM_DTYPE_FLOAT16,
         BF16 = FNORM_DTYPE_BFLOAT16,
+        /// OCP FP8 E4M3 (torch.float8_e4m3fn), largest finite 448.
+        F8E4M3 = FNORM_DTYPE_FLOAT8_E4M3,
+        /// OCP FP8 E5M2 (torch.float8_e5m2), largest finite 57344.
+        F8E5M2 = FNORM_DTYPE_FLOAT8_E5M2,
+        /// Signed 8-bit integers (codes -127..=127).
+        I8 = FNORM_DTYPE_INT8,
     }
 }
 
@@ -60,7 +68,23 @@ impl Dtype {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::I8 => 1,
         }
+    }
+
+    /// Whether this is a one-byte quantized output type.
+    pub fn is_quantized(self) -> bool {
+        matches!(self, Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::I8)
+    }
+}
+
+c_enum! {
+    /// How a quantized output is scaled (`fnorm_quant_scaling_t`).
+    QuantScaling: fnorm_quant_scaling_t, "fnorm_quant_scaling_t" {
+        /// Static: one fp32 scale for the tensor, given by the caller.
+        PerTensor = FNORM_QUANT_SCALING_PER_TENSOR,
+        /// Dynamic: one fp32 scale per row, written by the launch.
+        PerToken = FNORM_QUANT_SCALING_PER_TOKEN,
     }
 }
 

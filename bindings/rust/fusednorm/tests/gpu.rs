@@ -302,6 +302,174 @@ fn norm_forward_backward_every_dtype() {
 }
 
 // ---------------------------------------------------------------------------
+// LayerNorm / RMSNorm with a quantized output
+// ---------------------------------------------------------------------------
+
+/// The value of an FP8 code (OCP E4M3 with `mant` 3, E5M2 with 2); NaN as NaN.
+fn fp8_value(code: u8, mant: u32) -> f64 {
+    let (ebits, bias) = if mant == 3 { (4, 7) } else { (5, 15) };
+    let e = ((code >> mant) & ((1 << ebits) - 1)) as i32;
+    let m = (code & ((1 << mant) - 1)) as f64;
+    let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+    if (mant == 3 && e == 15 && m == 7.0) || (mant == 2 && e == 31) {
+        return if mant == 2 && m == 0.0 { sign * f64::INFINITY } else { f64::NAN };
+    }
+    let scale = |p: i32| 2f64.powi(p);
+    if e == 0 {
+        sign * m * scale(1 - bias - mant as i32)
+    } else {
+        sign * (1.0 + m / (1 << mant) as f64) * scale(e - bias)
+    }
+}
+
+/// The header's FP8 rule for t (an f32 value): clamp to [-max, max], the
+/// nearest code, ties to the even code; NaN -> 0x7F. By search over codes.
+fn fp8_ref(t: f32, mant: u32) -> u8 {
+    if t.is_nan() {
+        return 0x7f;
+    }
+    let max = if mant == 3 { 448.0 } else { 57344.0 };
+    let a = (t.abs() as f64).min(max);
+    let top = if mant == 3 { 0x7e } else { 0x7b };
+    let mut best = 0u8;
+    for c in 0..=top {
+        let (d, db) = ((fp8_value(c, mant) - a).abs(), (fp8_value(best, mant) - a).abs());
+        if d < db || (d == db && c % 2 == 0) {
+            best = c;
+        }
+    }
+    best | if t.is_sign_negative() { 0x80 } else { 0 }
+}
+
+/// INT8: nearest, ties to even, clamped to [-127, 127]; NaN -> 0.
+fn int8_ref(t: f32) -> i8 {
+    if t.is_nan() {
+        return 0;
+    }
+    let f = t.floor();
+    let r = if t - f > 0.5 || (t - f == 0.5 && f % 2.0 != 0.0) { f + 1.0 } else { f };
+    r.clamp(-127.0, 127.0) as i8
+}
+
+/// fp32 LayerNorm/RMSNorm computed by the library (y in f32), then the same
+/// call quantized: codes, scales and amax must follow the header's rules
+/// from those very fp32 values, bit for bit.
+fn quant_case(h: &Handle, mode: NormMode, out: Dtype, scaling: QuantScaling, rows: usize, cols: usize, misalign: bool,
+              rep: &mut Report, seed: u64) -> Result<(), Error> {
+    let name = format!("{mode:?} -> {out:?} {scaling:?} [{rows}, {cols}]{}", if misalign { " misaligned" } else { "" });
+    let ln = mode == NormMode::LayerNorm;
+    let mut rng = Rng::new(seed);
+    let n = rows * cols;
+    let x = rng.vec(n, -3.0, 5.0);
+    let gamma = rng.vec(cols, 0.25, 2.0);
+    let beta = rng.vec(cols, -0.5, 0.5);
+    let norm = NormDesc::with(mode, -1, 1e-5)?;
+    let xd = TensorDesc::with(Dtype::F32, &[rows as i64, cols as i64], None)?;
+    let wd = TensorDesc::with(Dtype::F32, &[cols as i64], None)?;
+    let qd = TensorDesc::with(out, &[rows as i64, cols as i64], None)?;
+    let (off, qoff) = if misalign { (4, 1) } else { (0, 0) };
+    let dx_ = T::input(Dt::F32, &x, off);
+    let dg = T::input(Dt::F32, &gamma, 0);
+    let db = T::input(Dt::F32, &beta, 0);
+    let y = T::output(Dt::F32, n, off);
+    unsafe {
+        h.norm_fwd(null_mut(), &norm, &xd, dx_.p(), null(), null_mut(), Some(&wd), dg.p(),
+                   if ln { db.p() } else { null() }, &xd, y.p(), null_mut(), null_mut(), null_mut(), 0)?;
+    }
+    let q = DeviceBuffer::with_offset(n, qoff).unwrap();
+    q.poison().unwrap();
+    let sbytes = h.norm_fwd_quant_scale_size(&norm, &xd, scaling)?;
+    assert_eq!(sbytes, if scaling == QuantScaling::PerToken { 4 * rows } else { 4 });
+    let static_scale = 0.0123f32;
+    let scale = if scaling == QuantScaling::PerToken {
+        let b = DeviceBuffer::new(sbytes).unwrap();
+        b.poison().unwrap();
+        b
+    } else {
+        DeviceBuffer::from_f32(&[static_scale]).unwrap()
+    };
+    let amax = DeviceBuffer::new(4).unwrap();
+    amax.poison().unwrap();
+    let ws = scratch(h.norm_fwd_quant_workspace_size(&norm, &xd, &qd, scaling)?);
+    unsafe {
+        h.norm_fwd_quant(null_mut(), &norm, &xd, dx_.p(), null(), null_mut(), Some(&wd), dg.p(),
+                         if ln { db.p() } else { null() }, &qd, q.ptr(), scaling, scale.f32_ptr(),
+                         amax.f32_ptr(), null_mut(), null_mut(), sp(&ws), ws.as_ref().map_or(0, |b| b.len()))?;
+    }
+    cuda::synchronize().unwrap();
+    let v: Vec<f32> = y.read().iter().map(|a| *a as f32).collect();
+    let codes = q.download().unwrap();
+    let scales = scale.download_f32().unwrap();
+    let (m, floor) = match out {
+        Dtype::F8E4M3 => (448f32, 1.0 / (448f32 * 512.0)),
+        Dtype::F8E5M2 => (57344f32, 1.0 / (57344f32 * 512.0)),
+        _ => (127f32, f32::EPSILON),
+    };
+    let mut bad = Vec::new();
+    let mut tensor_amax = 0f32;
+    for r in 0..rows {
+        let row = &v[r * cols..(r + 1) * cols];
+        let a = row.iter().fold(0f32, |acc, t| acc.max(t.abs()));
+        tensor_amax = tensor_amax.max(a);
+        let s = if scaling == QuantScaling::PerToken { (a / m).max(floor) } else { static_scale };
+        if scaling == QuantScaling::PerToken && scales[r].to_bits() != s.to_bits() {
+            bad.push(format!("scale[{r}] {} != {s}", scales[r]));
+        }
+        for c in 0..cols {
+            let t = row[c] / s;
+            let want = match out {
+                Dtype::F8E4M3 => fp8_ref(t, 3),
+                Dtype::F8E5M2 => fp8_ref(t, 2),
+                _ => int8_ref(t) as u8,
+            };
+            let got = codes[r * cols + c];
+            if got != want && bad.len() < 8 {
+                bad.push(format!("[{r}, {c}] v {} / s {s} = {t}: code {got:#04x}, want {want:#04x}", row[c]));
+            }
+        }
+    }
+    let got_amax = amax.download_f32().unwrap()[0];
+    if got_amax.to_bits() != tensor_amax.to_bits() {
+        bad.push(format!("amax {got_amax} != {tensor_amax}"));
+    }
+    rep.cases += 1;
+    if !bad.is_empty() {
+        rep.failures.push(format!("{name}: {}", bad.join("; ")));
+    }
+    Ok(())
+}
+
+#[test]
+fn norm_forward_quantized_bit_exact() {
+    let Some(h) = gpu("norm_forward_quantized_bit_exact") else { return };
+    let mut rep = Report::default();
+    let mut seed = 100;
+    for mode in NormMode::ALL {
+        for (out, scaling) in [
+            (Dtype::F8E4M3, QuantScaling::PerTensor),
+            (Dtype::F8E4M3, QuantScaling::PerToken),
+            (Dtype::F8E5M2, QuantScaling::PerTensor),
+            (Dtype::F8E5M2, QuantScaling::PerToken),
+            (Dtype::I8, QuantScaling::PerToken),
+        ] {
+            for (rows, cols, misalign) in [(37, 203, false), (5, 1000, true), (3, 4099, false)] {
+                seed += 1;
+                if let Err(e) = quant_case(&h, *mode, out, scaling, rows, cols, misalign, &mut rep, seed) {
+                    rep.failures.push(format!("{mode:?} {out:?} {scaling:?} [{rows}, {cols}]: {e}"));
+                }
+            }
+        }
+    }
+    // INT8 with a static scale is refused, and writes nothing.
+    let norm = NormDesc::with(NormMode::RmsNorm, -1, 1e-6).unwrap();
+    let xd = TensorDesc::with(Dtype::F32, &[4, 64], None).unwrap();
+    let qd = TensorDesc::with(Dtype::I8, &[4, 64], None).unwrap();
+    let e = h.norm_fwd_quant_workspace_size(&norm, &xd, &qd, QuantScaling::PerTensor).unwrap_err();
+    assert_eq!(e.category(), Category::NotSupported);
+    rep.finish("norm quantized");
+}
+
+// ---------------------------------------------------------------------------
 // BatchNorm
 // ---------------------------------------------------------------------------
 

@@ -150,7 +150,12 @@ fn linear_desc_round_trip() {
 #[test]
 fn enums_are_checked_conversions() {
     assert_eq!(Dtype::from_raw(sys::FNORM_DTYPE_BFLOAT16), Some(Dtype::BF16));
-    assert_eq!(Dtype::from_raw(3), None);
+    assert_eq!(Dtype::from_raw(sys::FNORM_DTYPE_FLOAT8_E4M3), Some(Dtype::F8E4M3));
+    assert_eq!(Dtype::from_raw(6), None);
+    assert!(Dtype::I8.is_quantized() && !Dtype::BF16.is_quantized());
+    assert_eq!(Dtype::F8E5M2.size_bytes(), 1);
+    assert_eq!(QuantScaling::from_raw(sys::FNORM_QUANT_SCALING_PER_TOKEN), Some(QuantScaling::PerToken));
+    assert_eq!(QuantScaling::from_raw(2), None);
     assert_eq!(Dtype::from_raw(u32::MAX), None);
     for d in Dtype::ALL {
         assert_eq!(Dtype::from_raw(d.raw()), Some(*d));

@@ -53,6 +53,7 @@ namespace {
   X(fnorm_tensor_desc_create) X(fnorm_tensor_desc_set) X(fnorm_norm_desc_create)             \
   X(fnorm_norm_desc_set) X(fnorm_norm_desc_set_flags) X(fnorm_norm_fwd_workspace_size)       \
   X(fnorm_norm_fwd) X(fnorm_norm_bwd_workspace_size) X(fnorm_norm_bwd)                       \
+  X(fnorm_norm_fwd_quant_workspace_size) X(fnorm_norm_fwd_quant)                             \
   X(fnorm_batchnorm_desc_create) X(fnorm_batchnorm_desc_set) X(fnorm_batchnorm_desc_set_comm) \
   X(fnorm_batchnorm_fwd_train_workspace_size) X(fnorm_batchnorm_reserve_space_size)          \
   X(fnorm_batchnorm_fwd_train) X(fnorm_batchnorm_fwd_infer_workspace_size)                   \
@@ -119,6 +120,9 @@ fnorm_dtype_t dtype_of(const at::Tensor &t, const char *what) {
     case at::kFloat: return FNORM_DTYPE_FLOAT32;
     case at::kHalf: return FNORM_DTYPE_FLOAT16;
     case at::kBFloat16: return FNORM_DTYPE_BFLOAT16;
+    case at::kFloat8_e4m3fn: return FNORM_DTYPE_FLOAT8_E4M3;  // quantized outputs (y of norm_quant)
+    case at::kFloat8_e5m2: return FNORM_DTYPE_FLOAT8_E5M2;
+    case at::kChar: return FNORM_DTYPE_INT8;
     default: TORCH_CHECK(false, "fusednorm: ", what, ": dtype ", t.scalar_type(), " is not float32, float16 or bfloat16");
   }
 }
@@ -435,6 +439,60 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, con
   auto r = norm_fwd_impl(x.contiguous(), weight, bias, mode, axis, eps, flags, true);
   std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
   return r;
+}
+
+// LayerNorm / RMSNorm (with the residual add when given) writing y in
+// `dtype` (float8_e4m3fn, float8_e5m2, int8): static per-tensor scaling with
+// `scale` (a float32 tensor of one element), per-token otherwise (scales, of
+// x's sizes before `axis`, returned). sum: x + residual in x's layout (empty
+// without residual); amax: a 0-dim float32 when asked (empty otherwise).
+// x must be row-wise and residual have x's strides (the Python side makes it
+// so). Forward only: the codes carry no gradient.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> norm_quant(
+    const at::Tensor &x, const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias,
+    const c10::optional<at::Tensor> &residual, const c10::optional<at::Tensor> &scale, int64_t mode, int64_t axis,
+    double eps, at::ScalarType dtype, bool want_amax) {
+  TORCH_CHECK(x.is_cuda(), "fusednorm::norm_quant: x must be a CUDA tensor");
+  TORCH_CHECK(rowwise(x, axis), "fusednorm::norm_quant: x's rows must collapse into one stride");
+  same_device(weight, x, "weight");
+  same_device(bias, x, "bias");
+  same_device(residual, x, "residual");
+  same_device(scale, x, "scale");
+  const bool per_token = !given(scale);
+  if (!per_token)
+    TORCH_CHECK(scale->scalar_type() == at::kFloat && scale->numel() == 1,
+                "fusednorm::norm_quant: scale must be a float32 tensor of one element");
+  if (given(residual))
+    TORCH_CHECK(residual->sizes() == x.sizes() && residual->strides() == x.strides() &&
+                    residual->scalar_type() == x.scalar_type(),
+                "fusednorm::norm_quant: residual must have x's dtype, sizes and strides");
+  c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty(x.sizes(), x.options().dtype(dtype));
+  at::Tensor scales = per_token ? at::empty(x.sizes().slice(0, axis), x.options().dtype(at::kFloat))
+                                : empty0(x, at::kFloat);
+  at::Tensor sum =
+      given(residual) ? at::empty_strided(x.sizes(), x.strides(), x.options()) : empty0(x, x.scalar_type());
+  at::Tensor amax = want_amax ? at::empty({}, x.options().dtype(at::kFloat)) : empty0(x, at::kFloat);
+  auto h = handle_for(x);
+  auto nd = norm_desc(mode, axis, eps, 0);
+  auto xd = desc_of(x, "x");
+  auto yd = desc_of(y, "y");
+  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
+  auto wd = w ? desc_of(*w, "weight") : nullptr;
+  const auto scaling = per_token ? FNORM_QUANT_SCALING_PER_TOKEN : FNORM_QUANT_SCALING_PER_TENSOR;
+  size_t ws_bytes = cached_size(per_token ? 11 : 10, {h, nd, xd, yd}, [&] {
+    size_t n = 0;
+    check(abi.fnorm_norm_fwd_quant_workspace_size(h, nd, xd, yd, scaling, &n), "fnorm_norm_fwd_quant_workspace_size");
+    return n;
+  });
+  at::Tensor ws = workspace(ws_bytes, x);
+  float *scale_ptr = per_token ? static_cast<float *>(mptr(scales)) : static_cast<float *>(mptr(scale));
+  check(abi.fnorm_norm_fwd_quant(h, stream_of(x), nd, xd, ptr(x), ptr(residual),
+                                 given(residual) ? mptr(sum) : nullptr, wd, ptr(weight), ptr(bias), yd, mptr(y),
+                                 scaling, scale_ptr, want_amax ? static_cast<float *>(mptr(amax)) : nullptr, nullptr,
+                                 nullptr, mptr(ws), ws_bytes),
+        "fnorm_norm_fwd_quant");
+  return {y, scales, sum, amax};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, const at::Tensor &x,
@@ -1162,6 +1220,8 @@ TORCH_LIBRARY(fusednorm, m) {
   m.def("norm_bwd(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, int mode, int axis,"
         " bool need_dgamma, bool need_dbeta, int flags=0) -> (Tensor dx, Tensor dgamma, Tensor dbeta)");
   m.def("norm(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps, int flags=0) -> Tensor");
+  m.def("norm_quant(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, Tensor? scale, int mode, int axis,"
+        " float eps, ScalarType dtype, bool want_amax) -> (Tensor y, Tensor scales, Tensor sum, Tensor amax)");
   m.def("bn_fwd_train(Tensor x, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, Tensor(b!)? running_var,"
         " Tensor(c!)? num_batches_tracked, Tensor? z, float momentum, float eps, int epilogue, int comm,"
         " int sync_flags) -> (Tensor y, Tensor saved_mean, Tensor saved_invstd, Tensor reserve)");
@@ -1183,6 +1243,7 @@ TORCH_LIBRARY_IMPL(fusednorm, CUDA, m) {
   m.impl("norm_fwd", norm_fwd);
   m.impl("norm_bwd", norm_bwd);
   m.impl("norm", call_norm_fwd_y);
+  m.impl("norm_quant", norm_quant);
   m.impl("bn_fwd_train", bn_fwd_train);
   m.impl("bn_fwd_infer", bn_fwd_infer);
   m.impl("bn_bwd", bn_bwd);
