@@ -25,6 +25,24 @@
  *    process. Checked mode (FNORM_CHECK_POINTERS, see fnorm_create) verifies
  *    every pointer first.
  *  - Handles and descriptors are opaque; destroy functions accept NULL.
+ *  - Aliasing: a launch's outputs (the workspace and reserve space
+ *    included, over the bytes the call is given) overlap none of its other
+ *    buffers, except an output that is the very same tensor (same pointer,
+ *    sizes and strides) as the in-place partner the function documents.
+ *    Any other overlap between an output and another buffer is BAD_PARAM
+ *    naming both arguments; inputs may overlap each other.
+ *  - Empty tensors: a descriptor may have sizes of 0. A launch over tensors
+ *    with no elements validates its other arguments as usual (NULL is then
+ *    accepted for the data pointers of the empty tensors), writes nothing
+ *    into the empty outputs and enqueues nothing, except where an output
+ *    that still has elements is defined as a sum over no values: it is
+ *    written with zeros (e.g. dgamma / dbeta of a backward over zero rows),
+ *    as frameworks return them. Each op says what else it does. The size
+ *    queries of such a call answer 0.
+ *  - Host cost: the first launch of a description (descriptors, dtypes,
+ *    flags, and the alignment class of the pointers) on a handle, on a
+ *    thread, plans it; later launches on that thread reuse the plan without
+ *    planning or taking a lock.
  *  - Run-time dependencies: libfusednorm links only the CUDA runtime
  *    (libcudart). cuBLASLt (the fully-connected layer), cuDNN (the BatchNorm
  *    cuDNN engine) and NCCL (SyncBatchNorm) are opened on first use: a copy
@@ -169,7 +187,9 @@ FNORM_API size_t fnorm_get_last_error_message(char *buf, size_t size);
  *  checks cost a few microseconds of host time per pointer: a debugging aid,
  *  off by default. Without it, such a pointer makes the kernel fault.
  *  Thread-safety: a handle may be used by several threads at once: it holds
- *  only immutable device properties and an internally locked cache. */
+ *  immutable device properties, an internally locked occupancy cache and
+ *  the per-op states created on first use (under a lock); plans are cached
+ *  per thread. */
 FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle);
 
 /** Destroy a handle. NULL is accepted and does nothing. Work already enqueued
@@ -193,9 +213,11 @@ FNORM_API fnorm_status_t fnorm_tensor_desc_create(fnorm_tensor_desc_t *desc);
 FNORM_API fnorm_status_t fnorm_tensor_desc_destroy(fnorm_tensor_desc_t desc);
 
 /** Describe a tensor: element type, rank (1..FNORM_MAX_RANK), sizes
- *  (each >= 1) and strides in elements (each >= 1). strides may be NULL for
- *  a packed row-major tensor (the last dimension contiguous).
- *  The number of elements must fit in int64_t.
+ *  (each >= 0; a size of 0 makes an empty tensor, see "Empty tensors"
+ *  above) and strides in elements (each >= 1). strides may be NULL for a
+ *  packed row-major tensor (the last dimension contiguous; a size of 0
+ *  strides as a size of 1 there, as PyTorch's contiguous strides do).
+ *  The product of the sizes other than 0 must fit in int64_t.
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER (desc or dims); BAD_PARAM (bad
  *  dtype, rank, size or stride, named in the message). On failure the
  *  descriptor keeps its previous contents. */
@@ -292,8 +314,11 @@ FNORM_API fnorm_status_t fnorm_norm_fwd_workspace_size(fnorm_handle_t handle,
  *    cols), dtype x's or FLOAT32. RMSNORM takes no beta (BAD_PARAM).
  *  mean, rstd: optional fp32 outputs of `rows` elements for backward. RMSNORM
  *    writes rrms to rstd and takes no mean (BAD_PARAM).
- *  Aliasing: an output may be the very same tensor as an input (y == x,
- *    sum == x or sum == residual: in place); any other overlap is BAD_PARAM.
+ *  Aliasing: y may be the very same tensor as x, and sum as x or residual
+ *    (in place); any other overlap involving an output (y, sum, mean, rstd)
+ *    is BAD_PARAM.
+ *  Empty tensors: with no rows (or rows of no columns) nothing is written,
+ *    mean and rstd included, and nothing is enqueued.
  *
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE; BAD_PARAM;
  *  INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (e.g. rows that do not collapse
@@ -348,8 +373,12 @@ FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
  *    rows are deterministic: the same bits run to run on the same device.
  *  workspace: at least fnorm_norm_bwd_workspace_size bytes, 16-byte aligned
  *    (cudaMalloc's are), else INSUFFICIENT_WORKSPACE / BAD_PARAM.
- *  dx may be the same tensor as dy or dsum (in place); other overlaps are
- *  BAD_PARAM.
+ *  Aliasing: dx may be the very same tensor as dy or dsum (in place); any
+ *    other overlap involving an output (dx, dgamma, dbeta, workspace) is
+ *    BAD_PARAM.
+ *  Empty tensors: with no rows, dx is empty and dgamma / dbeta (when
+ *    given, and cols > 0) are written with zeros, the sums over no rows;
+ *    x, dy, mean, rstd may then be NULL. The size query answers 0.
  *  Returns as fnorm_norm_fwd. Stream-ordered; thread-safe with a shared
  *  handle. */
 FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t stream,
@@ -553,7 +582,17 @@ FNORM_API fnorm_status_t fnorm_batchnorm_reserve_space_size(fnorm_handle_t handl
  *    16-byte aligned; otherwise it may be NULL.
  *  m = 1 (one value per channel) is BAD_PARAM, as frameworks raise it.
  *  Aliasing: y may be the very same tensor as x or z (in place); any other
- *    overlap among outputs and inputs is BAD_PARAM.
+ *    overlap involving an output (y, the running statistics, the counter,
+ *    the saved statistics, reserve, workspace) is BAD_PARAM.
+ *  An empty batch (N * spatial = 0), as torch.nn behaves: nothing is
+ *    normalized, the running statistics are left as they are,
+ *    num_batches_tracked (when given) is still incremented (torch.nn's
+ *    modules count every training call), saved_mean / saved_invstd are not
+ *    written (the backward of an empty batch does not read them); x, y, z
+ *    may be NULL and the size queries answer 0. SyncBatchNorm: a rank whose
+ *    x_desc has no elements (N = 0) takes part in the collectives as a rank
+ *    without samples (below), and its workspace query answers what that
+ *    needs.
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE; BAD_PARAM;
  *  INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (layout; the CUDNN engine on a shape
  *  cuDNN refuses, with cuDNN's reason); NOT_SUPPORTED_BUILD; CUDA_ERROR;
@@ -575,6 +614,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer_workspace_size(fnorm_handle_t
 /** Inference forward: the training formula with running_mean / running_var
  *  (both required) in place of the batch statistics, then the epilogue (no
  *  mask is written). z as in training. y may be the very same tensor as x or z.
+ *  An empty x: nothing is written or enqueued.
  *  Returns as fnorm_batchnorm_fwd_train. */
 FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     fnorm_handle_t handle, fnorm_stream_t stream, fnorm_batchnorm_desc_t bn,
@@ -605,7 +645,10 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd_workspace_size(fnorm_handle_t handl
  *  reserve: what the forward wrote there (required when the reserve-space
  *    query answers more than 0 bytes).
  *  Aliasing: dx may be the very same tensor as dy or x; dz may be the very
- *    same tensor as dy; other overlaps are BAD_PARAM.
+ *    same tensor as dy; any other overlap involving an output (dx, dz,
+ *    dgamma, dbeta, workspace) is BAD_PARAM.
+ *  An empty batch: dx and dz are empty; dgamma / dbeta (when given) are
+ *    written with zeros, the sums over no values; x, dy, dx may be NULL.
  *  Returns as fnorm_batchnorm_fwd_train. */
 FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     fnorm_handle_t handle, fnorm_stream_t stream, fnorm_batchnorm_desc_t bn,
@@ -736,7 +779,12 @@ FNORM_API fnorm_status_t fnorm_linear_fwd_workspace_size(fnorm_handle_t handle,
  *    that receives what fnorm_linear_bwd needs. NULL (inference) skips it.
  *    Must be NULL for NONE and BIAS.
  *  workspace: at least fnorm_linear_fwd_workspace_size bytes (any alignment).
- *  Aliasing: y must not overlap x, w, bias or aux (BAD_PARAM).
+ *  Aliasing: no output (y, aux, workspace) may overlap another buffer of
+ *    the call (BAD_PARAM).
+ *  Empty tensors: m = 0 or n = 0: y is empty, nothing is written or
+ *    enqueued. k = 0 (no inner dimension): y = act(0 + b) in every row (and
+ *    aux what the backward needs), without a GEMM; the workspace query then
+ *    answers 0.
  *
  *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE (sizes or dtypes
  *  disagree); BAD_PARAM; INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (cuBLASLt has
@@ -745,8 +793,9 @@ FNORM_API fnorm_status_t fnorm_linear_fwd_workspace_size(fnorm_handle_t handle,
  *  Stream-ordered: enqueued on `stream`; returns before the work finishes.
  *  The first call for a (shape, dtype, epilogue, alignment) asks cuBLASLt's
  *  heuristic (host only, no synchronization); later ones reuse its answer.
- *  Thread-safety: safe with a shared handle (the algorithm cache is locked;
- *  cuBLASLt's handle is shared); descriptors are only read. */
+ *  Thread-safety: safe with a shared handle (the heuristic's answers are
+ *  kept under a lock, plans per thread; cuBLASLt's handle is shared);
+ *  descriptors are only read. */
 FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
                                           fnorm_linear_desc_t desc,
                                           fnorm_tensor_desc_t x_desc, const void *x,
@@ -801,7 +850,12 @@ FNORM_API fnorm_status_t fnorm_linear_bwd_workspace_size(fnorm_handle_t handle,
  *  x_producer NULL: x_aux, x_aux_bytes and x_db must be NULL / 0.
  *
  *  workspace: at least fnorm_linear_bwd_workspace_size bytes (any alignment).
- *  Aliasing: no output may overlap another output or an input (BAD_PARAM).
+ *  Aliasing: no output (dx, dw, db, x_db, workspace) may overlap another
+ *    buffer of the call (BAD_PARAM).
+ *  Empty tensors: outputs with elements whose sums run over no values are
+ *    written with zeros: dw and db when m = 0, dx (and x_db) when n = 0;
+ *    with k = 0, db is the column sums of dz as usual (dx and dw are
+ *    empty). The workspace query answers 0 when m = 0 or n = 0.
  *  Returns as fnorm_linear_fwd. Stream-ordered; thread-safe with a shared
  *  handle. db and x_db are deterministic run to run on one device. */
 FNORM_API fnorm_status_t fnorm_linear_bwd(fnorm_handle_t handle, fnorm_stream_t stream,

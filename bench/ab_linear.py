@@ -1,13 +1,12 @@
 #!/usr/bin/env python3
 """A/B of the fully-connected layer's paths in one process (issue 20 item 6):
 each variant is a handle created with the library's A/B hooks set
-(src/linear/linear.hpp, LinearState), timed beside the others and PyTorch on
+(src/core/tuning.hpp, read at fnorm_create), timed beside the others and PyTorch on
 the same buffers, interleaved, at bench_linear.py's seed shapes.
 
 Variants:
   old    FNORM_LINEAR_FWD_AUX=lt (cuBLASLt's activation epilogues always),
-         FNORM_LINEAR_LEGACY_BWD=1 (the partial-sums dz kernel),
-         FNORM_LINEAR_NO_N1=1 (GEMMs at n = 1): the code before this round
+         FNORM_LINEAR_NO_N1=1 (GEMMs at n = 1)
   new    the defaults (the rule in src/linear/linear_fwd.cpp picks our
          activation passes or cuBLASLt's epilogues; the element-wise dz
          kernel; our n = 1 backward)
@@ -41,9 +40,9 @@ import fusednorm as fn  # noqa: E402
 from bench_linear import ACTS, SEED_SHAPES, Bench, Layer, max_diff, torch_act  # noqa: E402
 from bench_layernorm import time_graph  # noqa: E402
 
-HOOKS = ("FNORM_LINEAR_FWD_AUX", "FNORM_LINEAR_LEGACY_BWD", "FNORM_LINEAR_NO_N1", "FNORM_LINEAR_WS_MIB")
+HOOKS = ("FNORM_LINEAR_FWD_AUX", "FNORM_LINEAR_NO_N1", "FNORM_LINEAR_WS_MIB")
 VARIANTS = {
-    "old": {"FNORM_LINEAR_FWD_AUX": "lt", "FNORM_LINEAR_LEGACY_BWD": "1", "FNORM_LINEAR_NO_N1": "1"},
+    "old": {"FNORM_LINEAR_FWD_AUX": "lt", "FNORM_LINEAR_NO_N1": "1"},
     "new": {},
     "own": {"FNORM_LINEAR_FWD_AUX": "own"},
     "ws4": {"FNORM_LINEAR_WS_MIB": "4"},

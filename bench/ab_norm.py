@@ -6,16 +6,18 @@ shape moved by up to 6% between benchmark processes on the H200 (buffer
 placement), more than most changes being judged. PyTorch and Liger are timed only
 when named (below).
 Usage: FNORM_LIB=LIB_A ab_norm.py NAME=LIB_A NAME=LIB_B[,VAR=VALUE...] [...] -- OP:DTYPE:ROWSxCOLS [...]
-(the variables are set in the environment while that build runs; a forward's
-plan can be overridden per build with FNORM_NORM_FWD_PLAN, src/norm/norm_plan.cpp.
-The library reads that variable once per process, so each NAME loads its own
-copy of its library: one path may serve several NAMEs with different plans.)
-(OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd)
+(the variables are set in the environment while that build's handle is
+created and while it runs; a forward's plan can be overridden per build with
+FNORM_NORM_FWD_PLAN, src/core/tuning.hpp, which the library reads at
+fnorm_create. Each NAME loads its own copy of its library, so one path may
+serve several NAMEs with different plans.)
+(OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd,
+layernorm_fwd_bwd, rmsnorm_fwd_bwd)
 Two reference columns may be named instead of a build, timed the same way in
-the same rounds: NAME=torch (PyTorch's op) and, for the forward ops,
-NAME=liger (Liger-Kernel, as bench_layernorm times it). A build that refuses
+the same rounds: NAME=torch (PyTorch's op) and, for the forward and forward+backward
+ops, NAME=liger (Liger-Kernel, as bench_layernorm times it). A build that refuses
 a case (e.g. a plan override that cannot hold the row) shows n/a."""
-import ctypes, os, shutil, statistics, sys, tempfile
+import ctypes, os, shutil, statistics, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_layernorm as bl  # noqa: E402
 import torch  # noqa: E402
@@ -37,7 +39,7 @@ libs = {n: p for n, p in libs.items() if p not in REFS}
 cdll = {}
 copies = tempfile.mkdtemp(prefix="ab_norm_")
 for n, path in libs.items():
-    # A copy per NAME: its own process-wide state (the plan knob read once).
+    # A copy per NAME: its own process-wide state.
     copy = os.path.join(copies, f"{n}.so")
     shutil.copy(path, copy)
     L = ctypes.CDLL(copy)
@@ -48,6 +50,9 @@ B = bl.Bench(reps=30)
 handles = {}
 for n, L in cdll.items():
     fn.lib = L
+    for k in set().union(*envs.values()):
+        os.environ.pop(k, None)
+    os.environ.update(envs[n])  # the tuning the handle reads at fnorm_create
     handles[n] = fn.Handle()
 # Our call is the first graph each bench_* function times; the others
 # (PyTorch, unfused) are skipped.
@@ -62,6 +67,7 @@ def tg(*a, **k):
 
 bl.time_graph = tg
 print(f"copy {B.copy_gbps:.0f} GB/s", flush=True)
+t_start = time.time()
 for case in cases:
     op, dt, shape = case.split(":")
     r, c = (int(v) for v in shape.split("x"))
@@ -77,7 +83,9 @@ for case in cases:
                 os.environ.pop(k, None)
             os.environ.update(envs[n])
             try:
-                row = (bl.bench_bwd if op.endswith("_bwd") else bl.bench_fwd)(B, op, dt, r, c)
+                bench = (bl.bench_fwd_bwd if op.endswith("_fwd_bwd") else bl.bench_bwd if op.endswith("_bwd")
+                         else bl.bench_fwd)
+                row = bench(B, op, dt, r, c)
                 us = {1: row.get("us"), 2: row.get("torch_us"), 3: row.get("liger_us")}[state["want"]]
                 if us is not None:
                     res[n].append(us)
@@ -97,4 +105,5 @@ for case in cases:
         d = f" d={diff[n]:.2g}" if n in diff else ""
         cells.append(f"{n} {m:8.1f} us ({100 * gb / B.copy_gbps:4.1f}%, x{base / m:.3f}){d} [{' '.join(f'{v:.1f}' for v in res[n])}]")
     print(f"{case:32s} " + " | ".join(cells), flush=True)
+print(f"{len(cases)} cases in {time.time() - t_start:.0f} s", flush=True)
 os._exit(0)  # the handles belong to different libraries: no destructors at exit

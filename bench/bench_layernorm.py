@@ -41,6 +41,7 @@ import os
 import re
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +66,23 @@ CUDNN_H200_BF16_TBPS = {("rmsnorm", 16384, 4096): (3.71, 3.80), ("rmsnorm", 8192
 # LLM shapes (bf16) at which Liger-Kernel is timed beside ours (issue 20, 1b).
 LIGER_SHAPES = ((4096, 4096), (16384, 4096), (8192, 8192), (32768, 2048), (4096, 16384))
 
+# Training shapes (issue 25): one micro-batch per GPU, 1-16 K tokens of
+# 2-8 K features, bf16 and fp16; every op of the norm in a training step,
+# Liger-Kernel beside ours on every forward and forward+backward cell.
+GRID_DTYPES = ("bf16", "fp16")
+GRID_ROWS = (1024, 2048, 4096, 8192, 16384)
+GRID_COLS = (2048, 4096, 8192)
+GRID_OPS = ("layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_fwd_bwd",
+            "rmsnorm_fwd_bwd", "layernorm_residual_fwd")
+# Repetitions for grid cells: each replay already averages the launches of
+# every buffer set (> 8x L2), and ten replays keep the grid inside the
+# benchmark's device-time budget; the other rows keep their 30.
+GRID_REPS = 10
+
+
+def in_grid(dtype: str, rows: int, cols: int) -> bool:
+    return dtype in GRID_DTYPES and rows in GRID_ROWS and cols in GRID_COLS
+
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 FN_DTYPES = {"fp32": fn.DType.FLOAT32, "fp16": fn.DType.FLOAT16, "bf16": fn.DType.BFLOAT16}
 OPS = ("layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
@@ -83,8 +101,9 @@ EPS = 1e-5
 FP16_COLS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def plan(quick: bool) -> list[tuple[str, str, int, int]]:
-    """(op, dtype, rows, cols) in run order, grouped by op."""
+def plan(quick: bool, grid_only: bool = False) -> list[tuple[str, str, int, int]]:
+    """(op, dtype, rows, cols) in run order, grouped by op (grid_only: the
+    training-shape grid alone)."""
     by_op = {op: [] for op in OPS}
     for c in FP16_COLS:
         by_op["layernorm_fwd"].append(("fp16", 49152, c))
@@ -106,6 +125,14 @@ def plan(quick: bool) -> list[tuple[str, str, int, int]]:
         for op in ("rmsnorm_fwd", "layernorm_fwd", "rmsnorm_fwd_bwd", "layernorm_fwd_bwd"):
             if ("bf16", r, c) not in by_op[op]:
                 by_op[op].append(("bf16", r, c))
+    if grid_only:
+        by_op = {op: [] for op in OPS}
+    for op in GRID_OPS:
+        for dt in GRID_DTYPES:
+            for r in GRID_ROWS:
+                for c in GRID_COLS:
+                    if (dt, r, c) not in by_op[op]:
+                        by_op[op].append((dt, r, c))
     out = []
     for op in OPS:
         shapes = by_op[op][::3] if quick else by_op[op]
@@ -140,7 +167,9 @@ LIGER_RMS_CASTING = "gemma"
 def liger_wanted(op: str, dtype: str, rows: int, cols: int) -> bool:
     if op.endswith("_fwd_bwd"):
         return True
-    return op in ("rmsnorm_fwd", "layernorm_fwd") and dtype == "bf16" and (rows, cols) in LIGER_SHAPES
+    if op not in ("rmsnorm_fwd", "layernorm_fwd"):
+        return False
+    return (dtype == "bf16" and (rows, cols) in LIGER_SHAPES) or in_grid(dtype, rows, cols)
 
 
 def liger_forward(B, ln: bool, w, b, casting: str = LIGER_RMS_CASTING):
@@ -256,11 +285,15 @@ class Bench:
         # never touch the same buffers even when one set dwarfs the L2.
         return max(2, min(200, math.ceil(8 * self.l2 / set_bytes)))
 
-    def reps(self, n_sets: int, bytes_per_launch: int) -> int:
+    def reps(self, n_sets: int, bytes_per_launch: int, cap: int | None = None) -> int:
         # Big shapes: fewer replays (each is long, and the median settles
         # fast): ~0.15 s of replays per graph at the copy bandwidth.
         est_s = n_sets * bytes_per_launch / (self.copy_gbps * 1e9)
-        return max(10, min(self.max_reps, int(0.15 / max(est_s, 1e-9))))
+        most = self.max_reps if cap is None else min(cap, self.max_reps)
+        return max(min(10, most), min(most, int(0.15 / max(est_s, 1e-9))))
+
+    def reps_for(self, dtype: str, rows: int, cols: int, n_sets: int, bytes_per_launch: int) -> int:
+        return self.reps(n_sets, bytes_per_launch, GRID_REPS if in_grid(dtype, rows, cols) else None)
 
 
 def max_diff(a, b) -> float:
@@ -350,7 +383,7 @@ def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
                             lambda y: max_diff(y, ref), forward_only=True, with_llama=not ln)
     del ref
 
-    reps = B.reps(n_sets, moved)
+    reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
     torch_us = time_graph(torch_fwd, n_sets, reps)
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
@@ -480,7 +513,7 @@ def bench_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
     diff_dbeta = max_diff(dbeta, ref[2]) if ln else None
     del ref
 
-    reps = B.reps(n_sets, moved)
+    reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
     torch_us = time_graph(torch_bwd, n_sets, reps, setup=torch_setup)
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
@@ -637,7 +670,7 @@ def bench_fwd_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
                             forward_only=False)
     del ref
 
-    reps = B.reps(n_sets, moved)
+    reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
     torch_us = time_graph(torch_step, n_sets, reps)
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
@@ -659,6 +692,8 @@ def row_common(B: Bench, op, dtype, rows, cols, moved, us, torch_us) -> dict:
         "us": round(us, 2), "gbps": round(gbps, 1), "pct_copy": round(100 * gbps / B.copy_gbps, 1),
         "torch_us": round(torch_us, 2), "vs_torch": round(torch_us / us, 3),
         "oneflow_us": None, "vs_oneflow": None, "cudnn_us": None, "vs_cudnn": None,
+        # Which set of shapes the row belongs to (for the charts; a row may be in both).
+        "grid": in_grid(dtype, rows, cols), "llm_shape": dtype == "bf16" and (rows, cols) in LIGER_SHAPES,
     }
 
 
@@ -765,6 +800,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="every third shape of each op, fewer repetitions")
+    ap.add_argument("--grid", action="store_true", help="only the training-shape grid (GRID_*)")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
     ap.add_argument("--shapes", default="", help="comma-separated subset of shapes: COLS or ROWSxCOLS, optionally DTYPE:...")
     args = ap.parse_args()
@@ -789,7 +825,7 @@ def main() -> int:
     B = Bench(reps=10 if args.quick else 30)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
     rows, errors = [], []
-    todo = [(op, dt, r, c) for op, dt, r, c in plan(args.quick) if op in ops and shape_wanted(dt, r, c)]
+    todo = [(op, dt, r, c) for op, dt, r, c in plan(args.quick, args.grid) if op in ops and shape_wanted(dt, r, c)]
     # A shape given in full (DTYPE:ROWSxCOLS) runs for every op asked even
     # when the plan does not hold it.
     for w in wanted:
@@ -798,6 +834,7 @@ def main() -> int:
             case = (op, m.group(1), int(m.group(2)), int(m.group(3)))
             if case not in todo:
                 todo.append(case)
+    t_start = time.time()
     for op, dt, r, c in todo:
         try:
             bench = bench_fwd_bwd if op.endswith("_fwd_bwd") else bench_bwd if op.endswith("_bwd") else bench_fwd
@@ -809,6 +846,7 @@ def main() -> int:
             print(f"ERROR {op} {dt} {r}x{c}: {type(e).__name__}: {e}", flush=True)
         gc.collect()
         torch.cuda.empty_cache()
+    print(f"{len(todo)} cases in {time.time() - t_start:.0f} s", flush=True)
     result = {"gpu": B.gpu, "gpu_name": B.name, "date": datetime.date.today().isoformat(),
               "copy_gbps": round(B.copy_gbps, 1), "torch": torch.__version__,
               "bytes_counted": {op: BYTES[op] for op in OPS}, "rows": rows}

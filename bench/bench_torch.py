@@ -8,14 +8,25 @@ Rows (DIR/rows_torch.json, {"rows": [...]}, merged by merge_results.py):
   measures the host), median of 5 loops; against the torch.nn twin (BN+ReLU
   and BN+Add+ReLU against BN, add and ReLU modules). vs_torch = torch / ours.
 - op "train_step": median milliseconds of a whole training step (forward,
-  loss, backward, SGD step; synchronized each step) of
+  loss, backward, optimizer step; synchronized each step) of
   (a) a channels-last fp16 ResNet-style model (BN+ReLU, BN+Add+ReLU),
   (b) a 4-layer pre-norm MLP, d = 1024, 4096 tokens, bf16, LayerNorm,
   (c) the same with RMSNorm, (d) the LayerNorm MLP at d = 8192;
   ours = fusednorm.torch.convert(model, fuse=True) against the unconverted
   model, and for (b)-(d) the model with Liger-Kernel's LigerLayerNorm /
-  LigerRMSNorm swapped in (liger_ms, vs_liger), when liger_kernel imports.
-Usage: bench_torch.py --out DIR [--quick]
+  LigerRMSNorm swapped in (liger_ms, vs_liger), when liger_kernel imports;
+  (e) GPT-2-style and Llama-style transformer stacks (bf16 parameters,
+  AdamW (fused), causal SDPA attention, micro-batches of 4-8 K tokens,
+  d = 768 ... 4096): torch.nn, norms only swapped (norm_only_ms), fully
+  converted with fuse=True (ms: Linear+GELU epilogues, fusednorm Linear);
+  (f) ResNet-50 (bottleneck blocks, channels-last, torch.autocast fp16 and
+  bf16, SGD with momentum) at batch 64, 224x224, fuse=True.
+- op "train_step_profile": for (e) and (f), GPU time per step by kernel
+  family from torch.profiler (norm: every normalization kernel, PyTorch's
+  gamma/beta-gradient kernels and cuDNN's BatchNorm included; gemm/conv;
+  attention; optimizer; other), torch.nn against the fully converted model,
+  and norm_vs_torch = ours / torch's norm-kernel time.
+Usage: bench_torch.py --out DIR [--quick] [--only host|train|llm]
 """
 from __future__ import annotations
 
@@ -40,6 +51,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 from torch_models import BasicBlock as Block  # noqa: E402
 
 DEV = torch.device("cuda")
+SKIP = set()  # --skip
 
 
 def gpu_tag(name: str) -> str:
@@ -52,7 +64,7 @@ def gpu_tag(name: str) -> str:
 
 # ---- host overhead ------------------------------------------------------------
 
-def host_us(fn, calls: int, loops: int = 5) -> float:
+def host_us(fn, calls: int, loops: int = 3) -> float:
     for _ in range(max(50, calls // 10)):
         fn()
     torch.cuda.synchronize()
@@ -157,7 +169,7 @@ def host_profile(calls: int):
             ("C ABI bwd (ctypes)", lambda: f_bwd(*bwd_args)),
             ("op norm_fwd (torch.ops)", lambda: op_fwd(x, w, bb, int(mode), 1, 1e-5)),
             ("op norm_bwd (torch.ops)", lambda: op_bwd(y, x, sm, sr, w, bb, int(mode), 1, True, ln)),
-            ("ext.norm no grad (pybind11)", lambda: _ops.ext.norm(x, w, bb, int(mode), 1, 1e-5)),
+            ("ext.norm no grad (pybind11)", lambda: _ops.ext.norm(x, w, bb, (d,), 1e-5, int(mode), False)),
             ("module forward, no grad", lambda: m(x)),
             ("module forward, grad", lambda: m(xg)),
             ("torch module forward, grad", lambda: tm(xg)),
@@ -178,7 +190,7 @@ def host_profile(calls: int):
 
 def bench_overhead(quick: bool):
     rows = []
-    calls = 300 if quick else 2000
+    calls = 300 if quick else 1000
     # Warm up the whole path once (lazy initialisations), then measure.
     for _, _, shape, ours, twin, with_z in overhead_cases()[:2]:
         x = torch.randn(shape, device=DEV, dtype=torch.bfloat16)
@@ -284,7 +296,7 @@ def step_ms(model, make_batch, steps, warmup):
 
 def bench_train(quick: bool):
     rows = []
-    steps, warmup = (10, 5) if quick else (40, 10)
+    steps, warmup = (10, 5) if quick else (20, 6)
 
     def interleave(models, make_batch):
         """Median ms per model, three rounds interleaved (clock and placement
@@ -318,6 +330,8 @@ def bench_train(quick: bool):
 
     # (b)-(d) pre-norm MLPs
     for tag, d, kind in (("(b)", 1024, "layernorm"), ("(c)", 1024, "rmsnorm"), ("(d)", 8192, "layernorm")):
+        if tag.strip("()") in SKIP:
+            continue
         torch.manual_seed(0)
         factory = (lambda n: nn.LayerNorm(n)) if kind == "layernorm" else (lambda n: nn.RMSNorm(n, eps=1e-6))
         ref = mlp(d, factory)
@@ -348,6 +362,299 @@ def bench_train(quick: bool):
     return rows
 
 
+# ---- transformer stacks and ResNet-50 (issue 25 target 4, issue 29 target 4) -----------
+
+class Attention(nn.Module):
+    """Causal self-attention through SDPA (FX-traceable: no shape unpacking)."""
+
+    def __init__(self, d, heads, bias):
+        super().__init__()
+        self.heads, self.hd = heads, d // heads
+        self.qkv = nn.Linear(d, 3 * d, bias=bias)
+        self.proj = nn.Linear(d, d, bias=bias)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.heads, self.hd)).permute(2, 0, 3, 1, 4).unbind(0)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(o.transpose(1, 2).flatten(-2))
+
+
+class GPTBlock(nn.Module):
+    """GPT-2: pre-LayerNorm (with bias), attention, MLP 4d with GELU (tanh)."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, heads, True)
+        self.fc = nn.Linear(d, 4 * d)
+        self.act = nn.GELU(approximate="tanh")
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+class LlamaBlock(nn.Module):
+    """Llama: pre-RMSNorm, attention and SwiGLU MLP without biases."""
+
+    def __init__(self, d, heads, ffn):
+        super().__init__()
+        self.n1, self.n2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
+        self.attn = Attention(d, heads, False)
+        self.gate = nn.Linear(d, ffn, bias=False)
+        self.up = nn.Linear(d, ffn, bias=False)
+        self.down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Stack(nn.Module):
+    def __init__(self, blocks, d, final):
+        super().__init__()
+        self.blocks = nn.Sequential(*blocks)
+        self.final = final
+
+    def forward(self, x):
+        return self.final(self.blocks(x))
+
+
+def llm_configs(quick: bool):
+    """(name, factory, batch, seq, d): micro-batches of 4-8 K tokens."""
+    cfgs = [
+        ("GPT-2 small-width, 4 layers, d=768, 12 heads", lambda: Stack([GPTBlock(768, 12) for _ in range(4)], 768,
+                                                                       nn.LayerNorm(768)), 4, 1024, 768),
+        ("GPT-style, 2 layers, d=2048, 16 heads", lambda: Stack([GPTBlock(2048, 16) for _ in range(2)], 2048,
+                                                                nn.LayerNorm(2048)), 8, 1024, 2048),
+        ("Llama-style, 2 layers, d=2048, ffn 5632, 16 heads", lambda: Stack(
+            [LlamaBlock(2048, 16, 5632) for _ in range(2)], 2048, nn.RMSNorm(2048, eps=1e-5)), 2, 2048, 2048),
+        ("Llama-style, 1 layer, d=4096, ffn 11008, 32 heads", lambda: Stack(
+            [LlamaBlock(4096, 32, 11008)], 4096, nn.RMSNorm(4096, eps=1e-5)), 2, 4096, 4096),
+    ]
+    return cfgs[:2] if quick else cfgs
+
+
+_NORM_KEYS = ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "batch_norm", "batchnorm", "gammabeta",
+              "gamma_beta", "welford", "bn_fw", "bn_bw", "rowwisemoments", "computeinternalgradients",
+              "computegradientfusedparams", "cunorm", "cucomputepartgradgammabeta", "cucomputegradgammabeta")
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's family by its (demangled) name: the library's kernels are
+    in namespace fnorm (its fully-connected layer's own kernels, epilogue
+    passes beside cuBLASLt, count as other)."""
+    n = name.lower()
+    if "fnorm::" in n:
+        return "other" if ("linear" in n or "column_sums" in n) else "norm"
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "attn")):
+        return "attention"
+    if "normal" not in n.replace("normalization", "") and any(k in n for k in _NORM_KEYS):
+        return "norm"
+    if any(k in n for k in ("gemm", "xmma", "cutlass", "nvjet", "cublas", "wgmma", "conv", "implicit", "s16816",
+                            "h16816", "sm90_", "sm80_", "winograd", "fft")):
+        return "gemm/conv"
+    if any(k in n for k in ("adam", "multi_tensor", "foreach", "sgd")):
+        return "optimizer"
+    return "other"
+
+
+def profile_step(step, steps=2):
+    """GPU microseconds per step by kernel family (torch.profiler, CUDA
+    activity), and the norm kernels' names."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    fam = {"norm": 0.0, "gemm/conv": 0.0, "attention": 0.0, "optimizer": 0.0, "other": 0.0}
+    norm_names = {}
+    for e in prof.key_averages():
+        if not str(getattr(e, "device_type", "")).endswith("CUDA"):
+            continue
+        t = getattr(e, "self_device_time_total", None)
+        if t is None:
+            t = getattr(e, "self_cuda_time_total", 0.0)
+        f = kernel_family(e.key)
+        fam[f] += t / steps
+        if f == "norm":
+            norm_names[e.key[:90]] = round(t / steps, 1)
+    fam = {k: round(v, 1) for k, v in fam.items()}
+    fam["total"] = round(sum(fam.values()), 1)
+    return fam, norm_names
+
+
+def bench_llm(quick: bool):
+    rows = []
+    steps, warmup, rounds = (6, 3, 2) if quick else (12, 4, 3)
+    for name, factory, batch, seq, d in llm_configs(quick):
+        torch.manual_seed(0)
+        ref = factory().to(DEV, torch.bfloat16)
+        models = {"torch": ref,
+                  "norm_only": ft.convert(copy.deepcopy(ref), linear=False),
+                  "ours": ft.convert(copy.deepcopy(ref), fuse=True)}
+        opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for k, m in models.items()}
+        x = torch.randn(batch, seq, d, device=DEV, dtype=torch.bfloat16,
+                        generator=torch.Generator(DEV).manual_seed(1))
+
+        def make_step(k):
+            m, opt = models[k], opts[k]
+
+            def step():
+                loss = m(x).float().square().mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                return loss
+            return step
+        step_fns = {k: make_step(k) for k in models}
+        res = {k: [] for k in models}
+        loss = {}
+        for _ in range(rounds):
+            for k, fnc in step_fns.items():
+                for _ in range(warmup):
+                    fnc()
+                torch.cuda.synchronize()
+                ts = []
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    lv = fnc()
+                    torch.cuda.synchronize()
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                res[k].append(statistics.median(ts))
+                loss[k] = lv.item()
+        ms = {k: statistics.median(v) for k, v in res.items()}
+        row = {"op": "train_step", "model": f"(e) {name}, {batch}x{seq} tokens, bf16, AdamW", "shape": [batch, seq, d],
+               "dtype": "bf16", "ms": round(ms["ours"], 3), "torch_ms": round(ms["torch"], 3),
+               "vs_torch": round(ms["torch"] / ms["ours"], 3), "norm_only_ms": round(ms["norm_only"], 3),
+               "norm_only_vs_torch": round(ms["torch"] / ms["norm_only"], 3),
+               "fused_epilogues": models["ours"].fused_epilogues, "last_loss": loss["ours"],
+               "torch_last_loss": loss["torch"], "norm_only_last_loss": loss["norm_only"]}
+        rows.append(row)
+        print(row, flush=True)
+        prof = {}
+        for k in ("torch", "ours"):
+            fam, names = profile_step(step_fns[k])
+            prof[k] = fam
+            rows.append({"op": "train_step_profile", "model": row["model"], "variant": k, "us_per_step": fam,
+                         "norm_kernels": names})
+        rows[-1]["norm_vs_torch"] = round(prof["ours"]["norm"] / max(prof["torch"]["norm"], 1e-9), 3)
+        print("profile", name, {k: v for k, v in prof.items()}, "norm ours/torch", rows[-1]["norm_vs_torch"],
+              flush=True)
+        del models, opts, ref, step_fns
+        torch.cuda.empty_cache()
+    return rows
+
+
+class Bottleneck(nn.Module):
+    """torchvision's ResNet-50 block: 1x1, 3x3 (stride), 1x1 x4, the
+    downsample computed after bn3 (as torchvision does)."""
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        identity = x if self.down is None else self.down(x)
+        return self.relu(out + identity)
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = 4 * width
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def bench_resnet50(quick: bool):
+    rows = []
+    steps, warmup, rounds = (5, 3, 1) if quick else (10, 4, 2)
+    batch = 64
+    for dtype, dn in ((torch.float16, "fp16"), (torch.bfloat16, "bf16")):
+        torch.manual_seed(0)
+        ref = ResNet50().to(DEV).to(memory_format=torch.channels_last)
+        ours = ft.convert(copy.deepcopy(ref), fuse=True)
+        models = {"torch": ref, "ours": ours}
+        opts = {k: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for k, m in models.items()}
+        g = torch.Generator(device=DEV).manual_seed(0)
+        x = torch.randn(batch, 3, 224, 224, device=DEV, generator=g).contiguous(memory_format=torch.channels_last)
+        t = torch.randint(0, 1000, (batch,), device=DEV, generator=g)
+
+        def make_step(k):
+            m, opt = models[k], opts[k]
+
+            def step():
+                with torch.autocast("cuda", dtype=dtype):
+                    loss = F.cross_entropy(m(x), t)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                return loss
+            return step
+        step_fns = {k: make_step(k) for k in models}
+        res = {k: [] for k in models}
+        loss = {}
+        for _ in range(rounds):
+            for k, fnc in step_fns.items():
+                for _ in range(warmup):
+                    fnc()
+                torch.cuda.synchronize()
+                ts = []
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    lv = fnc()
+                    torch.cuda.synchronize()
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                res[k].append(statistics.median(ts))
+                loss[k] = lv.item()
+        ms = {k: statistics.median(v) for k, v in res.items()}
+        row = {"op": "train_step", "model": f"(f) ResNet-50, channels-last, autocast {dn}, SGD, batch {batch} at 224x224",
+               "shape": [batch, 3, 224, 224], "dtype": dn, "ms": round(ms["ours"], 3),
+               "torch_ms": round(ms["torch"], 3), "vs_torch": round(ms["torch"] / ms["ours"], 3),
+               "fused_epilogues": ours.fused_epilogues, "last_loss": loss["ours"], "torch_last_loss": loss["torch"]}
+        rows.append(row)
+        print(row, flush=True)
+        prof = {}
+        for k in ("torch", "ours"):
+            fam, names = profile_step(step_fns[k], steps=1)
+            prof[k] = fam
+            rows.append({"op": "train_step_profile", "model": row["model"], "variant": k, "us_per_step": fam,
+                         "norm_kernels": names})
+        rows[-1]["norm_vs_torch"] = round(prof["ours"]["norm"] / max(prof["torch"]["norm"], 1e-9), 3)
+        print("profile ResNet-50", dn, prof, "norm ours/torch", rows[-1]["norm_vs_torch"], flush=True)
+        del models, opts, ref, ours, step_fns
+        torch.cuda.empty_cache()
+    return rows
+
+
 def write_md(path, rows):
     with open(path, "w") as f:
         f.write("### PyTorch drop-in (fusednorm.torch)\n\n| module | pass | ours µs | torch µs | vs torch |\n"
@@ -362,22 +669,39 @@ def write_md(path, rows):
                 lm = f"{r['liger_ms']:.2f}" if r.get("liger_ms") else "-"
                 vl = f"{r['vs_liger']:.2f}x" if r.get("vs_liger") else "-"
                 f.write(f"| {r['model']} | {r['ms']:.2f} | {r['torch_ms']:.2f} | {r['vs_torch']:.2f}x | {lm} | {vl} |\n")
+        f.write("\n| training step (norms only swapped) | ms | torch ms | vs torch |\n|---|---:|---:|---:|\n")
+        for r in rows:
+            if r["op"] == "train_step" and r.get("norm_only_ms"):
+                f.write(f"| {r['model']} | {r['norm_only_ms']:.2f} | {r['torch_ms']:.2f} | "
+                        f"{r['norm_only_vs_torch']:.2f}x |\n")
+        fams = ("norm", "gemm/conv", "attention", "optimizer", "other", "total")
+        f.write("\n| GPU us per step (torch.profiler) | variant | " + " | ".join(fams) + " | norm vs torch |\n"
+                "|---|---|" + "---:|" * (len(fams) + 1) + "\n")
+        for r in rows:
+            if r["op"] == "train_step_profile":
+                u = r["us_per_step"]
+                nv = f"{r['norm_vs_torch']:.2f}x" if "norm_vs_torch" in r else ""
+                f.write(f"| {r['model']} | {r['variant']} | " + " | ".join(f"{u[k]:.0f}" for k in fams) +
+                        f" | {nv} |\n")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("host", "train"), default=None)
+    ap.add_argument("--only", choices=("host", "train", "llm"), default=None)
+    ap.add_argument("--skip", default="", help="train_step rows to leave out, by letter (e.g. d)")
     args = ap.parse_args()
+    SKIP.update(args.skip.split(","))
     os.makedirs(args.out, exist_ok=True)
     if not ft.ops_available():
         print(f"bench_torch: the C++ ops are not available ({ft.ops_unavailable_reason()})", file=sys.stderr)
         return 1
     props = torch.cuda.get_device_properties(0)
     rows, errors = [], []
-    for part, fn in (("host", bench_overhead), ("train", bench_train)):
-        if args.only and args.only != part:
+    for part, fn in (("host", bench_overhead), ("train", bench_train), ("llm", bench_llm),
+                     ("resnet50", bench_resnet50)):
+        if args.only and args.only != part and not (args.only == "train" and part == "resnet50"):
             continue
         try:
             rows += fn(args.quick)

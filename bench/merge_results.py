@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Merge the benchmark outputs of one run into DIR/<gpu>.json and <gpu>.md:
 the LayerNorm/RMSNorm file bench_layernorm.py wrote there, plus the rows of
-every DIR/rows_<family>.json (and its .md section) the other benchmarks wrote.
+every DIR/rows_<family>.json (and its .md section) the other benchmarks wrote
+(bench_batchnorm.py, bench_linear.py, bench_syncbn.py, bench_torch.py, and
+the C program host_overhead: rows "host_overhead_c").
 Usage: merge_results.py DIR
 """
 import glob

@@ -10,6 +10,10 @@ Charts (each written only when the JSON holds its rows):
   <gpu>-norm-bwd.png   the same for the backward.
   <gpu>-liger.png      LLM shapes (bf16): ours, Liger-Kernel and PyTorch, µs,
                        forward and forward+backward.
+  <gpu>-grid-bf16.png, <gpu>-grid-fp16.png
+                       the training-shape grid (rows marked "grid"): per op,
+                       PyTorch's and Liger-Kernel's time over ours against
+                       the rows, a line per row length.
   <gpu>-batchnorm.png  BatchNorm (and SyncBatchNorm): PyTorch's and our cuDNN
                        engine's time over our NATIVE engine's, per case (log
                        scale), and our AUTO engine's where it ran cuDNN.
@@ -132,11 +136,14 @@ def plot_norms(res: dict, stem: str) -> None:
 def plot_liger(res: dict, stem: str) -> None:
     ops = [("rmsnorm_fwd", "RMSNorm forward"), ("layernorm_fwd", "LayerNorm forward"),
            ("rmsnorm_fwd_bwd", "RMSNorm forward + backward"), ("layernorm_fwd_bwd", "LayerNorm forward + backward")]
-    if not any(r.get("liger_us") for r in res["rows"]):
+    # The LLM shapes only (results written before rows carried "llm_shape": every Liger row).
+    marked = any("llm_shape" in r for r in res["rows"])
+    liger_rows = [r for r in res["rows"] if r.get("liger_us") and (r.get("llm_shape") or not marked)]
+    if not liger_rows:
         return
     fig, axes = plt.subplots(2, 2, figsize=SIZE)
     for ax, (op, label) in zip(axes.flat, ops):
-        rows = [r for r in res["rows"] if r["op"] == op and r.get("liger_us")]
+        rows = [r for r in liger_rows if r["op"] == op]
         if not rows:
             ax.set_visible(False)
             continue
@@ -163,6 +170,65 @@ def plot_liger(res: dict, stem: str) -> None:
     fig.suptitle(title(res, "Liger-Kernel vs ours (label: Liger µs / ours µs)"), fontsize=10)
     fig.tight_layout()
     save(fig, f"{stem}-liger.png")
+
+
+# ---------------------------------------------------------------------------
+# The training-shape grid
+# ---------------------------------------------------------------------------
+GRID_PANELS = [("layernorm_fwd", "LayerNorm forward"), ("rmsnorm_fwd", "RMSNorm forward"),
+               ("layernorm_residual_fwd", "add & LayerNorm forward"), ("layernorm_bwd", "LayerNorm backward"),
+               ("rmsnorm_bwd", "RMSNorm backward"), ("layernorm_fwd_bwd", "LayerNorm forward + backward"),
+               ("rmsnorm_fwd_bwd", "RMSNorm forward + backward")]
+COLS_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+
+
+def plot_grid(res: dict, stem: str) -> None:
+    grid = [r for r in res["rows"] if r.get("grid")]
+    for dtype in sorted({r["dtype"] for r in grid}):
+        rows_dt = [r for r in grid if r["dtype"] == dtype]
+        cols_all = sorted({r["shape"][1] for r in rows_dt})
+        fig, axes = plt.subplots(2, 4, figsize=SIZE)
+        for ax, (op, label) in zip(axes.flat, GRID_PANELS):
+            rows = [r for r in rows_dt if r["op"] == op]
+            if not rows:
+                ax.set_visible(False)
+                continue
+            for j, c in enumerate(cols_all):
+                line = sorted((r for r in rows if r["shape"][1] == c), key=lambda r: r["shape"][0])
+                if not line:
+                    continue
+                color = COLS_COLORS[j % len(COLS_COLORS)]
+                xs = [r["shape"][0] for r in line]
+                ax.plot(xs, [r["vs_torch"] for r in line], "o-", color=color, markersize=3, linewidth=1.2,
+                        label=f"{c} cols: PyTorch / ours")
+                lig = [(r["shape"][0], r["vs_liger"]) for r in line if r.get("vs_liger")]
+                if lig:
+                    ax.plot(*zip(*lig), "^--", color=color, markersize=3, linewidth=1,
+                            label=f"{c} cols: Liger / ours")
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            xt = sorted({r["shape"][0] for r in rows})
+            ax.set_xticks(xt)
+            ax.set_xticklabels([f"{x // 1024}k" for x in xt], fontsize=7)
+            ax.minorticks_off()
+            ax.tick_params(axis="y", labelsize=7)
+            ax.set_title(label, fontsize=8)
+            ax.grid(True, alpha=0.3)
+            lo = min(min(r["vs_torch"], r.get("vs_liger") or r["vs_torch"]) for r in rows)
+            hi = max(max(r["vs_torch"], r.get("vs_liger") or r["vs_torch"]) for r in rows)
+            ax.set_ylim(min(0.8, lo - 0.05), max(1.2, hi + 0.1))
+        legend = {}
+        for ax in axes.flat:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                legend.setdefault(l, h)
+        last = axes.flat[-1]
+        last.axis("off")
+        last.legend(legend.values(), legend.keys(), loc="center", fontsize=7, frameon=False)
+        fig.text(0.5, 0.01, "rows (tokens per micro-batch)", ha="center", fontsize=8)
+        fig.suptitle(title(res, f"Training shapes, {dtype}: other library's time / ours (above 1: ours faster)"),
+                     fontsize=10)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        save(fig, f"{stem}-grid-{dtype}.png")
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +380,7 @@ def main() -> int:
         stem = path[:-5] if path.endswith(".json") else path
         plot_norms(res, stem)
         plot_liger(res, stem)
+        plot_grid(res, stem)
         plot_batchnorm(res, stem)
         plot_linear(res, stem)
         plot_other(res, stem)

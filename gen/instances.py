@@ -24,9 +24,11 @@ TIER_TABLE = {
     "uncached": ("BlockUncached", "one block per row, x read twice (second time mostly from L2)"),
     "block": ("BlockRegisters", "one block (or cluster) per row, the row in registers"),
     "tiled": ("ColumnTiled", "backward fallback: row coefficients, then column tiles"),
+    "rows": ("BlockRows", "backward: a persistent block of row groups per SM, x and dy in a ring"),
 }
 TIERS = ("warp", "smem", "uncached", "block")  # forward
-BWD_TIERS = ("warp", "block", "tiled")
+BWD_TIERS = ("warp", "block", "tiled")  # every (dtype, pack)
+BWD_WIDE_TIERS = ("rows",)  # 16-byte packs only
 
 # Widest access is 16 bytes per thread (one LDG.128 / STG.128).
 MAX_PACK_BYTES = 16
@@ -73,7 +75,7 @@ def procedural_name(inst: Instance) -> str:
     name = f"{inst.op}_{inst.dtype}_p{inst.pack}"
     if inst.tier != "all":
         name += f"_{inst.tier}"
-    if inst.tier in ("warp", "block"):
+    if inst.tier in ("warp", "block", "rows"):
         name += f"_n{inst.npack}"
     return name
 
@@ -141,6 +143,19 @@ def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
 
 
+# Rows tier (16-byte packs only, the aligned fast path): 8 values per thread
+# (one pack of a 16-bit type, two of fp32), so that a 1024-thread block stays
+# within 64 registers: a row group of up to 1024 threads holds 8192 columns.
+BWD_ROWS_VALUES_PER_THREAD = 8
+BWD_ROWS_MIN_THREADS = 128
+BWD_ROWS_MAX_THREADS = 1024
+BWD_ROWS_SMEM_MARGIN = 8 * 1024
+
+
+def bwd_rows_npack(dtype: str, pack: int) -> int:
+    return BWD_ROWS_VALUES_PER_THREAD // pack
+
+
 def norm_bwd_instances(dtypes) -> list[Instance]:
     out = []
     for dt in dtypes:
@@ -150,6 +165,8 @@ def norm_bwd_instances(dtypes) -> list[Instance]:
             for n in bwd_block_npacks(dt, pack):
                 out.append(Instance("norm_bwd", dt, pack, "block", n))
             out.append(Instance("norm_bwd", dt, pack, "tiled"))
+            if pack * DTYPES[dt][2] == MAX_PACK_BYTES:
+                out.append(Instance("norm_bwd", dt, pack, "rows", bwd_rows_npack(dt, pack)))
     return out
 
 
@@ -179,6 +196,11 @@ def config_constants() -> dict[str, tuple[int, str]]:
                                   "backward register tiers: values (two accumulators each) a thread owns at most"),
         "kBwdWarpMaxBytesPerThread": (BWD_WARP_MAX_BYTES_PER_THREAD,
                                       "backward warp tier: bytes of each of x and dy a thread stages at most"),
+        "kBwdRowsMinThreads": (BWD_ROWS_MIN_THREADS,
+                               "backward rows tier: narrowest row group (narrower rows stay on the warp tier)"),
+        "kBwdRowsMaxThreads": (BWD_ROWS_MAX_THREADS, "backward rows tier: threads per block at most"),
+        "kBwdRowsSmemMargin": (BWD_ROWS_SMEM_MARGIN,
+                               "backward rows tier: bytes of shared memory kept off the ring (static slots, slack)"),
     }
 
 

@@ -54,7 +54,7 @@ func ExampleError() {
 		return
 	}
 	defer td.Close()
-	err = td.Set(fusednorm.Float32, []int64{4, 0}, nil) // a zero size
+	err = td.Set(fusednorm.Float32, []int64{4, -1}, nil) // a negative size
 	fmt.Println(errors.Is(err, fusednorm.ErrBadParam))
 	var fe *fusednorm.Error
 	if errors.As(err, &fe) {

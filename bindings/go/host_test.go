@@ -134,7 +134,7 @@ func TestTensorDescBadInput(t *testing.T) {
 		{"rank 0", Float32, nil, nil, ErrBadParam},
 		{"rank 0, empty", Float32, []int64{}, nil, ErrBadParam},
 		{"rank 9", Float32, []int64{1, 1, 1, 1, 1, 1, 1, 1, 1}, nil, ErrBadParam},
-		{"zero size", Float32, []int64{3, 0}, nil, ErrBadParam},
+		{"negative size", Float32, []int64{3, -1}, nil, ErrBadParam},
 		{"stride 0", Float32, []int64{3, 4}, []int64{4, 0}, ErrBadParam},
 		{"strides too short", Float32, []int64{3, 4}, []int64{1}, ErrBadParam},
 		{"strides too long", Float32, []int64{3}, []int64{1, 1}, ErrBadParam},

@@ -83,8 +83,8 @@ func (t *TensorDesc) Close() error {
 }
 
 // Set describes the tensor (fnorm_tensor_desc_set): rank len(dims) (1 to
-// MaxRank), each size >= 1, strides in elements (each >= 1), or nil for a
-// packed row-major tensor. On failure the descriptor keeps its contents.
+// MaxRank), each size >= 0 (a size of 0 makes an empty tensor), strides in
+// elements (each >= 1), or nil for a packed row-major tensor. On failure the descriptor keeps its contents.
 func (t *TensorDesc) Set(dtype DType, dims, strides []int64) error {
 	const op = "fnorm_tensor_desc_set"
 	if t == nil {

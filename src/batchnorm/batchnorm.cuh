@@ -431,68 +431,87 @@ __global__ void __launch_bounds__(kBnThreads) bn_backward_kernel(BnApplyParams p
 }
 
 // ---------------------------------------------------------------------------
-// Launchers (instantiated per dtype and pack by the generated files).
+// Launchers (instantiated per dtype and pack by the generated files): a
+// shape function each, which the plan (batchnorm/bn_native.cpp) asks once,
+// and a launch that enqueues with that shape.
 // ---------------------------------------------------------------------------
 // The reductions size their grid to one wave of resident blocks (their
-// occupancy differs by pack and pass), at most p.splits splits (what the
+// occupancy differs by pack and pass), at most max_splits splits (what the
 // workspace holds), each thread getting >= kBnMinPacksPerThread packs; the
-// splits and split length used are written back for the finalize.
+// shape carries the splits and split length the finalize reads.
 constexpr int64_t kBnMinPacksPerThread = 8;
 
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_reduce_columns(BnReduceParams &p, const LaunchContext &ctx) {
+cudaError_t shape_bn_reduce_columns(const BnShape &sh, int max_splits, const DeviceContext &ctx, BnReduceShape *s) {
   auto kernel = bn_reduce_columns_kernel<T, PACK, BWD>;
-  const int64_t packs = p.shape.width / PACK;
+  const int64_t packs = sh.width / PACK;
   int ncp_log2 = 0;
   while ((int64_t{1} << ncp_log2) < packs && ncp_log2 < 5) ++ncp_log2;
   const int64_t tiles = ceil_div(packs, int64_t{1} << ncp_log2);
   const int64_t rpi = kBnThreads >> ncp_log2;
   int occ = 0;
-  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
   const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / tiles);
-  const int64_t by_rows = std::max<int64_t>(1, ceil_div(p.shape.rows, rpi * kBnMinPacksPerThread));
-  int64_t splits = std::min({want, by_rows, static_cast<int64_t>(p.splits)});
-  p.split_len = ceil_div(p.shape.rows, splits);
-  p.splits = static_cast<int>(ceil_div(p.shape.rows, p.split_len));
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
-  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p, ncp_log2);
+  const int64_t by_rows = std::max<int64_t>(1, ceil_div(sh.rows, rpi * kBnMinPacksPerThread));
+  const int64_t splits = std::min({want, by_rows, static_cast<int64_t>(max_splits)});
+  s->split_len = ceil_div(sh.rows, splits);
+  s->splits = static_cast<int>(ceil_div(sh.rows, s->split_len));
+  s->grid_x = tiles;
+  s->ncp_log2 = ncp_log2;
+  return cudaSuccess;
+}
+
+// Assumptions: p.split_len and p.splits are the shape's.
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_reduce_columns(const BnReduceParams &p, const BnReduceShape &s, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.splits));
+  bn_reduce_columns_kernel<T, PACK, BWD><<<grid, kBnThreads, 0, stream>>>(p, s.ncp_log2);
   return cudaGetLastError();
 }
 
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_reduce_segments(BnReduceParams &p, const LaunchContext &ctx) {
+cudaError_t shape_bn_reduce_segments(const BnShape &sh, int max_splits, const DeviceContext &ctx,
+                                     BnReduceShape *s) {
   auto kernel = bn_reduce_segments_kernel<T, PACK, BWD>;
   int occ = 0;
-  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
-  const int64_t domain = p.shape.rows * p.shape.group;
+  const int64_t domain = sh.rows * sh.group;
   const int64_t want =
-      std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / p.shape.channels);
+      std::max<int64_t>(1, static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1) / sh.channels);
   const int64_t by_len = std::max<int64_t>(1, ceil_div(domain, kBnThreads * PACK * kBnMinPacksPerThread));
-  const int64_t splits = std::min({want, by_len, static_cast<int64_t>(p.splits)});
-  p.split_len = ceil_div(ceil_div(domain, splits), 8) * 8;
-  p.splits = static_cast<int>(ceil_div(domain, p.split_len));
-  const dim3 grid(static_cast<unsigned>(p.shape.channels), static_cast<unsigned>(p.splits));
-  kernel<<<grid, kBnThreads, 0, ctx.stream>>>(p);
+  const int64_t splits = std::min({want, by_len, static_cast<int64_t>(max_splits)});
+  s->split_len = ceil_div(ceil_div(domain, splits), 8) * 8;
+  s->splits = static_cast<int>(ceil_div(domain, s->split_len));
+  s->grid_x = sh.channels;
+  s->ncp_log2 = 0;
+  return cudaSuccess;
+}
+
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_reduce_segments(const BnReduceParams &p, const BnReduceShape &s, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.splits));
+  bn_reduce_segments_kernel<T, PACK, BWD><<<grid, kBnThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
+// The elementwise passes over `elements` elements in packs of `pack`.
 template <class Kernel>
-cudaError_t launch_bn_apply(Kernel kernel, const BnApplyParams &p, const LaunchContext &ctx,
-                            int pack) {
+cudaError_t shape_bn_apply(Kernel kernel, const BnShape &sh, int64_t elements, int pack, const DeviceContext &ctx,
+                           LaunchShape *s) {
   int occ = 0;
-  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads,
+  cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads,
                                      0, &occ);
   if (err != cudaSuccess) return err;
-  const int64_t packs = (p.end - p.begin) / pack;
+  const int64_t packs = elements / pack;
   int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(ceil_div(packs, kBnThreads),
                            static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1)));
-  if (p.shape.group == 1) {
+  if (sh.group == 1) {
     // Channels-last: a grid stride (grid * kBnThreads * pack elements) that is
     // a multiple of C keeps each thread on the same channels (see the kernels).
-    const int64_t C = p.shape.channels, stride = int64_t{kBnThreads} * pack;
+    const int64_t C = sh.channels, stride = int64_t{kBnThreads} * pack;
     int64_t a = C, b = stride;
     while (b != 0) {
       const int64_t t = a % b;
@@ -502,18 +521,32 @@ cudaError_t launch_bn_apply(Kernel kernel, const BnApplyParams &p, const LaunchC
     const int64_t m = C / a;  // the grid must be a multiple of m
     if (m <= 65536) grid = std::max(m, grid / m * m);
   }
-  kernel<<<static_cast<unsigned>(grid), kBnThreads, 0, ctx.stream>>>(p);
+  s->grid = grid;
+  s->block = kBnThreads;
+  s->blocks_per_sm = occ;
+  return cudaSuccess;
+}
+
+template <typename T, int PACK>
+cudaError_t shape_bn_forward(const BnShape &sh, int64_t elements, const DeviceContext &ctx, LaunchShape *s) {
+  return shape_bn_apply(bn_forward_kernel<T, PACK>, sh, elements, PACK, ctx, s);
+}
+
+template <typename T, int PACK>
+cudaError_t shape_bn_backward(const BnShape &sh, int64_t elements, const DeviceContext &ctx, LaunchShape *s) {
+  return shape_bn_apply(bn_backward_kernel<T, PACK>, sh, elements, PACK, ctx, s);
+}
+
+template <typename T, int PACK>
+cudaError_t launch_bn_forward(const BnApplyParams &p, const LaunchShape &s, cudaStream_t stream) {
+  bn_forward_kernel<T, PACK><<<static_cast<unsigned>(s.grid), kBnThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <typename T, int PACK>
-cudaError_t launch_bn_forward(const BnApplyParams &p, const LaunchContext &ctx) {
-  return launch_bn_apply(bn_forward_kernel<T, PACK>, p, ctx, PACK);
-}
-
-template <typename T, int PACK>
-cudaError_t launch_bn_backward(const BnApplyParams &p, const LaunchContext &ctx) {
-  return launch_bn_apply(bn_backward_kernel<T, PACK>, p, ctx, PACK);
+cudaError_t launch_bn_backward(const BnApplyParams &p, const LaunchShape &s, cudaStream_t stream) {
+  bn_backward_kernel<T, PACK><<<static_cast<unsigned>(s.grid), kBnThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace fnorm

@@ -1,33 +1,56 @@
-// BatchNorm / SyncBatchNorm entry points: validate (bn_validate.cpp), plan
-// (bn_plan.cpp), run on the chosen engine (bn_native.cpp,
-// bn_cudnn_engine.cpp).
+// BatchNorm / SyncBatchNorm entry points: describe and check
+// (bn_validate.cpp), choose the engine (bn_plan.cpp), plan and launch on it
+// (bn_native.cpp, bn_cudnn_engine.cpp).
 #include "batchnorm/batchnorm.hpp"
-#include "core/pointer_check.hpp"
 
 namespace fnorm {
 namespace {
 
-// Runs a validated call on its engine (c.engine), on the handle's device.
-void launch(fnorm_handle *handle, fnorm_stream_t stream, const BnCall &c) {
-  DeviceGuard guard(handle->device);
-  if (c.engine == FNORM_BN_ENGINE_CUDNN)
-    cudnn_bn_run(handle, cuda_stream(stream), c);
-  else
-    run_native(handle, stream, c);
+// Plans and runs a checked call on its engine, on the handle's device.
+void launch(fnorm_handle *h, cudaStream_t stream, BnCall &c) {
+  const bool candidate = c.desc->engine == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, c.pb);
+  c.engine = c.desc->engine == FNORM_BN_ENGINE_CUDNN || candidate ? choose_engine(h, c, candidate, stream)
+                                                                  : FNORM_BN_ENGINE_NATIVE;
+  if (c.engine == FNORM_BN_ENGINE_CUDNN) {
+    check_workspace(h, c, workspace_for(h, c));
+    if (!c.local_empty) check_reserve(h, c);
+    DeviceGuard guard(h->device);
+    cudnn_bn_run(h, stream, c);
+    return;
+  }
+  const BnNativeLaunch &plan = bn_native_plan(h, c);
+  DeviceGuard guard(h->device);
+  launch_native(c, plan, stream);
 }
 
-BnCall prepare(BnPass pass, fnorm_handle *handle, const fnorm_batchnorm_desc *bn,
-               const fnorm_tensor_desc *x_desc) {
+// A call over no elements (and, with a communicator, no channels): nothing
+// to normalize. Training still counts the batch, as torch.nn's modules do
+// for an empty one; a backward's dgamma / dbeta are sums over no values.
+// Returns whether the call was such a one (and is done).
+bool run_empty(fnorm_handle *h, cudaStream_t stream, const BnCall &c) {
+  if (c.pb.elements() != 0 || (c.local_empty && c.pb.c != 0)) return false;
+  if (c.pb.pass == BnPass::FwdTrain && c.num_batches_tracked != nullptr) {
+    DeviceGuard guard(h->device);
+    check_cuda(launch_bn_count(c.num_batches_tracked, stream), "bn_count");
+  }
+  if (c.pb.pass == BnPass::Bwd && c.pb.vec_bytes != 0 && (c.dgamma != nullptr || c.dbeta != nullptr)) {
+    DeviceGuard guard(h->device);
+    for (float *g : {c.dgamma, c.dbeta})
+      if (g != nullptr) check_cuda(cudaMemsetAsync(g, 0, c.pb.vec_bytes, stream), "cudaMemsetAsync (dgamma/dbeta)");
+  }
+  return true;
+}
+
+BnCall prepare(BnPass pass, fnorm_handle *handle, const fnorm_batchnorm_desc *bn, const fnorm_tensor_desc *x_desc) {
   FNORM_REQUIRE_NOT_NULL(handle);
-  bn_check_desc(bn);
   BnCall c;
-  c.pass = pass;
+  c.pb = describe_bn(pass, bn, x_desc);
   c.desc = bn;
-  c.view = bn_view(x_desc, "x_desc");
   return c;
 }
 
-// One size query: the workspace of `pass`, or (reserve) the reserve space.
+// One size query: the workspace of `pass`, or (reserve) the reserve space;
+// 0 for a call with nothing to compute.
 fnorm_status_t size_query(const char *func, BnPass pass, bool reserve, fnorm_handle *handle,
                           const fnorm_batchnorm_desc *bn, const fnorm_tensor_desc *x_desc,
                           size_t *out) noexcept {
@@ -35,7 +58,10 @@ fnorm_status_t size_query(const char *func, BnPass pass, bool reserve, fnorm_han
     BnCall c = prepare(pass, handle, bn, x_desc);
     FNORM_REQUIRE(out != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL",
                   reserve ? "reserve_bytes" : "workspace_bytes");
-    *out = reserve ? reserve_for(handle, c) : workspace_for(handle, c);
+    // SyncBatchNorm: a rank without samples still takes part (the
+    // all-reduced triples go through the workspace).
+    const bool nothing = c.pb.c == 0 || (c.pb.elements() == 0 && (!c.pb.sync || reserve));
+    *out = nothing ? 0 : reserve ? reserve_for(handle, c) : workspace_for(handle, c);
   });
 }
 
@@ -84,27 +110,12 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     BnCall c = prepare(BnPass::FwdTrain, handle, bn, x_desc);
-    bn_require_same(c.view, y_desc, "y_desc");
+    bn_require_same(c.pb, y_desc, "y_desc");
     if (bn->comm != nullptr) nccl_check_comm(handle, bn->comm);
-    // SyncBatchNorm: a rank without samples passes x and y as NULL.
-    c.local_empty = bn->comm != nullptr && x == nullptr && y == nullptr && z == nullptr;
-    if (!c.local_empty) {
-      FNORM_REQUIRE_NOT_NULL(x);
-      FNORM_REQUIRE_NOT_NULL(y);
-    }
-    require_addend(bn, z, c.local_empty);
-    FNORM_REQUIRE((running_mean == nullptr) == (running_var == nullptr), FNORM_STATUS_BAD_PARAM,
-                  "arguments 'running_mean' and 'running_var' must be given together");
-    FNORM_REQUIRE(!(running_mean != nullptr && bn->average == FNORM_BN_AVERAGE_CUMULATIVE &&
-                    num_batches_tracked == nullptr),
-                  FNORM_STATUS_BAD_PARAM_NULL_POINTER,
-                  "argument 'num_batches_tracked' is NULL; CUMULATIVE averaging reads it");
-    FNORM_REQUIRE(is_aligned(num_batches_tracked, 8), FNORM_STATUS_BAD_PARAM,
-                  "argument 'num_batches_tracked' (%p) is not 8-byte aligned", static_cast<void *>(num_batches_tracked));
-    require_training_count(c);
-    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {running_mean, "running_mean"},
-                          {running_var, "running_var"}, {saved_mean, "saved_mean"},
-                          {saved_invstd, "saved_invstd"}});
+    // SyncBatchNorm: a rank without samples passes x and y as NULL (x_desc
+    // then describing [1, C, ...]) or an x_desc with no elements.
+    c.local_empty =
+        bn->comm != nullptr && ((x == nullptr && y == nullptr && z == nullptr) || c.pb.elements() == 0);
     c.x = x;
     c.z = z;
     c.y = y;
@@ -119,23 +130,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_train(
     c.workspace_bytes = workspace_bytes;
     c.reserve = reserve;
     c.reserve_bytes = reserve_bytes;
-    c.engine = choose_engine(handle, c, cuda_stream(stream));
-    check_workspace(handle, c);
-    if (!c.local_empty) check_reserve(handle, c);
-    const size_t data = c.view.bytes, vec = c.view.vec_bytes;
-    const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
-        sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},
-        srm{"running_mean", running_mean, vec}, srv{"running_var", running_var, vec},
-        ssm{"saved_mean", saved_mean, vec}, ssi{"saved_invstd", saved_invstd, vec};
-    require_disjoint(sy, {sx, sz, sr, sw, srm, srv, ssm, ssi}, {"x", "z"});
-    require_disjoint(sr, {sx, sz, sw, srm, srv, ssm, ssi});
-    require_disjoint(srm, {srv, ssm, ssi, sw});
-    require_disjoint(srv, {ssm, ssi, sw});
-    require_disjoint(ssm, {ssi, sw});
-    require_disjoint(ssi, {sw});
-    require_device_memory(handle, {sx, sz, sy, sr, sw, srm, srv, ssm, ssi, {"gamma", gamma, vec},
-                                   {"beta", beta, vec}, {"num_batches_tracked", num_batches_tracked, 8}});
-    launch(handle, stream, c);
+    check_bn_fwd_train_args(handle, c);
+    const cudaStream_t st = cuda_stream(stream);
+    if (!run_empty(handle, st, c)) launch(handle, st, c);
   });
 }
 
@@ -147,14 +144,7 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     BnCall c = prepare(BnPass::FwdInfer, handle, bn, x_desc);
-    bn_require_same(c.view, y_desc, "y_desc");
-    FNORM_REQUIRE_NOT_NULL(x);
-    FNORM_REQUIRE_NOT_NULL(y);
-    FNORM_REQUIRE_NOT_NULL(running_mean);
-    FNORM_REQUIRE_NOT_NULL(running_var);
-    require_addend(bn, z, false);
-    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {running_mean, "running_mean"},
-                          {running_var, "running_var"}});
+    bn_require_same(c.pb, y_desc, "y_desc");
     c.x = x;
     c.z = z;
     c.y = y;
@@ -164,16 +154,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_fwd_infer(
     c.running_var_in = running_var;
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
-    c.engine = choose_engine(handle, c, cuda_stream(stream));
-    check_workspace(handle, c);
-    const size_t data = c.view.bytes;
-    const Span sx{"x", x, data}, sz{"z", z, data}, sy{"y", y, data},
-        sw{"workspace", workspace, workspace_bytes};
-    require_disjoint(sy, {sx, sz, sw}, {"x", "z"});
-    const size_t vec = c.view.vec_bytes;
-    require_device_memory(handle, {sx, sz, sy, sw, {"gamma", gamma, vec}, {"beta", beta, vec},
-                                   {"running_mean", running_mean, vec}, {"running_var", running_var, vec}});
-    launch(handle, stream, c);
+    check_bn_fwd_infer_args(handle, c);
+    const cudaStream_t st = cuda_stream(stream);
+    if (!run_empty(handle, st, c)) launch(handle, st, c);
   });
 }
 
@@ -187,23 +170,13 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     BnCall c = prepare(BnPass::Bwd, handle, bn, x_desc);
-    bn_require_same(c.view, dy_desc, "dy_desc");
-    bn_require_same(c.view, dx_desc, "dx_desc");
+    bn_require_same(c.pb, dy_desc, "dy_desc");
+    bn_require_same(c.pb, dx_desc, "dx_desc");
     if (bn->comm != nullptr) nccl_check_comm(handle, bn->comm);
-    // SyncBatchNorm: a rank without samples passes x, dy and dx as NULL.
-    c.local_empty = bn->comm != nullptr && x == nullptr && dy == nullptr && dx == nullptr && dz == nullptr;
-    if (!c.local_empty) {
-      FNORM_REQUIRE_NOT_NULL(x);
-      FNORM_REQUIRE_NOT_NULL(dy);
-      FNORM_REQUIRE_NOT_NULL(dx);
-    }
-    FNORM_REQUIRE_NOT_NULL(saved_mean);
-    FNORM_REQUIRE_NOT_NULL(saved_invstd);
-    FNORM_REQUIRE(dz == nullptr || bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU, FNORM_STATUS_BAD_PARAM,
-                  "argument 'dz' is given but the epilogue is not ADD_RELU");
-    require_training_count(c);
-    require_vecs_aligned({{gamma, "gamma"}, {beta, "beta"}, {saved_mean, "saved_mean"},
-                          {saved_invstd, "saved_invstd"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
+    // SyncBatchNorm: a rank without samples passes x, dy and dx as NULL, or
+    // descriptors with no elements.
+    c.local_empty = bn->comm != nullptr &&
+                    ((x == nullptr && dy == nullptr && dx == nullptr && dz == nullptr) || c.pb.elements() == 0);
     c.x = x;
     c.dy = dy;
     c.dx = dx;
@@ -219,23 +192,9 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     c.reserve_bytes = reserve_bytes;
     c.workspace = workspace;
     c.workspace_bytes = workspace_bytes;
-    c.engine = choose_engine(handle, c, cuda_stream(stream));
-    check_workspace(handle, c);
-    if (!c.local_empty) check_reserve(handle, c);
-    const size_t data = c.view.bytes, vec = c.view.vec_bytes;
-    const Span sx{"x", x, data}, sdy{"dy", dy, data}, sdx{"dx", dx, data}, sdz{"dz", dz, data},
-        sr{"reserve", c.reserve, reserve_for(handle, c)}, sw{"workspace", workspace, workspace_bytes},
-        sdg{"dgamma", dgamma, vec}, sdb{"dbeta", dbeta, vec}, sm{"saved_mean", saved_mean, vec},
-        si{"saved_invstd", saved_invstd, vec}, sg{"gamma", gamma, vec};
-    require_disjoint(sdx, {sx, sdy, sdz, sr, sw, sdg, sdb, sm, si, sg}, {"dy", "x"});
-    require_disjoint(sdz, {sx, sr, sw, sdg, sdb, sm, si, sg});
-    require_disjoint(sdz, {sdy}, {"dy"});
-    require_disjoint(sdg, {sdb, sw, sm, si, sg, sx, sdy, sr});
-    require_disjoint(sdb, {sw, sm, si, sg, sx, sdy, sr});
-    require_disjoint(sw, {sx, sdy, sr, sm, si, sg});
-    require_device_memory(handle, {sx, sdy, sdx, sdz, sr, sw, sdg, sdb, sm, si, sg, {"beta", beta, vec},
-                                   {"y", y, data}});
-    launch(handle, stream, c);
+    check_bn_bwd_args(handle, c);
+    const cudaStream_t st = cuda_stream(stream);
+    if (!run_empty(handle, st, c)) launch(handle, st, c);
   });
 }
 

@@ -24,7 +24,10 @@ struct CudnnAutoEntry {
   size_t workspace = 0;
 };
 
-struct CudnnState {
+struct CudnnState : OpState {
+  ~CudnnState() override {
+    if (handle != nullptr) cudnnDestroy(handle);
+  }
   cudnnHandle_t handle = nullptr;
   std::mutex mutex;  // cudnnSetStream + call must not interleave between threads
   std::mutex auto_mutex;  // guards auto_cache
@@ -32,12 +35,6 @@ struct CudnnState {
 };
 
 bool cudnn_bn_built() { return true; }
-
-void cudnn_state_destroy(CudnnState *state) noexcept {
-  if (state == nullptr) return;
-  if (state->handle != nullptr) cudnnDestroy(state->handle);
-  delete state;
-}
 
 namespace {
 
@@ -57,20 +54,15 @@ void check(cudnnStatus_t st, const char *what, bool refusal) {
 }
 
 // The state if it exists (never creates it).
-CudnnState *existing_state(fnorm_handle *h) {
-  std::lock_guard<std::mutex> lock(h->lazy_mutex);
-  return h->cudnn;
-}
+CudnnState *existing_state(fnorm_handle *h) { return find_op_state<CudnnState>(h); }
 
 CudnnState &state_of(fnorm_handle *h) {
-  std::lock_guard<std::mutex> lock(h->lazy_mutex);
-  if (h->cudnn == nullptr) {
+  return op_state<CudnnState>(h, [h] {
     auto s = std::make_unique<CudnnState>();
     DeviceGuard guard(h->device);
     check(cudnnCreate(&s->handle), "cudnnCreate", false);
-    h->cudnn = s.release();
-  }
-  return *h->cudnn;
+    return s.release();
+  });
 }
 
 struct TensorDesc {
@@ -103,7 +95,7 @@ struct Problem {
 };
 
 void describe(const BnCall &c, Problem &p) {
-  const BnView &v = c.view;
+  const BnProblem &v = c.pb;
   FNORM_REQUIRE(v.rank <= 5, FNORM_STATUS_NOT_SUPPORTED,
                 "the CUDNN engine takes rank 2..5 tensors (x_desc has rank %d)", v.rank);
   FNORM_REQUIRE(!(c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE && c.running_mean != nullptr),
@@ -164,7 +156,7 @@ void describe(const BnCall &c, Problem &p) {
       p.act_or_null = p.act.d;
       break;
   }
-  FNORM_REQUIRE(!(c.pass == BnPass::FwdInfer && c.desc->epilogue != FNORM_BN_EPILOGUE_NONE),
+  FNORM_REQUIRE(!(c.pb.pass == BnPass::FwdInfer && c.desc->epilogue != FNORM_BN_EPILOGUE_NONE),
                 FNORM_STATUS_NOT_SUPPORTED,
                 "cuDNN's inference forward has no fused activation (use NATIVE)");
 }
@@ -172,12 +164,12 @@ void describe(const BnCall &c, Problem &p) {
 // cuDNN's own scratch bytes for the call.
 size_t cudnn_scratch(CudnnState &s, const BnCall &c, Problem &p) {
   size_t bytes = 0;
-  if (c.pass == BnPass::FwdTrain) {
+  if (c.pb.pass == BnPass::FwdTrain) {
     check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
               s.handle, p.mode, p.ops, p.x.d, p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? p.x.d : nullptr,
               p.x.d, p.param.d, p.act_or_null, &bytes),
           "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", true);
-  } else if (c.pass == BnPass::Bwd) {
+  } else if (c.pb.pass == BnPass::Bwd) {
     check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
               s.handle, p.mode, p.ops, p.x.d, p.act_or_null ? p.x.d : nullptr, p.x.d,
               p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? p.x.d : nullptr, p.x.d, p.param.d,
@@ -187,8 +179,6 @@ size_t cudnn_scratch(CudnnState &s, const BnCall &c, Problem &p) {
   return bytes;
 }
 
-constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Workspace: cuDNN's scratch, then four C-float vectors (ones, zeros, and
 // stand-ins for outputs the caller did not ask for).
@@ -198,8 +188,8 @@ struct Layout {
 
 Layout layout_of(CudnnState &s, const BnCall &c, Problem &p) {
   Layout l;
-  l.scratch = align_up(cudnn_scratch(s, c, p));
-  l.vec = align_up(static_cast<size_t>(c.view.c) * 4);
+  l.scratch = checked_align_up(cudnn_scratch(s, c, p), kRegionAlign, "x_desc");
+  l.vec = checked_align_up(c.pb.vec_bytes, kRegionAlign, "x_desc");
   l.total = l.scratch + 4 * l.vec;
   return l;
 }
@@ -212,7 +202,7 @@ bool cudnn_bn_supports(fnorm_handle *h, const BnCall &c, std::string *why) {
     Problem p;
     describe(c, p);
     (void)cudnn_scratch(s, c, p);
-    if (c.pass == BnPass::FwdTrain && p.act_or_null != nullptr) {
+    if (c.pb.pass == BnPass::FwdTrain && p.act_or_null != nullptr) {
       size_t r = 0;
       check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(s.handle, p.mode, p.ops,
                                                                  p.act_or_null, p.x.d, &r),
@@ -229,8 +219,8 @@ bool cudnn_bn_supports(fnorm_handle *h, const BnCall &c, std::string *why) {
 bool cudnn_bn_auto_takes(fnorm_handle *h, const BnCall &c, size_t *workspace) {
   CudnnState *s = existing_state(h);
   if (s == nullptr) return false;
-  const BnView &v = c.view;
-  std::vector<int64_t> key = {static_cast<int64_t>(c.pass), static_cast<int64_t>(c.desc->epilogue),
+  const BnProblem &v = c.pb;
+  std::vector<int64_t> key = {static_cast<int64_t>(c.pb.pass), static_cast<int64_t>(c.desc->epilogue),
                               static_cast<int64_t>(v.dtype), v.channels_last ? 1 : 0, v.rank};
   key.insert(key.end(), v.dims, v.dims + v.rank);
   {
@@ -317,7 +307,7 @@ void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &c) {
   float *zeros = reinterpret_cast<float *>(ws + l.scratch + l.vec);
   float *spare1 = reinterpret_cast<float *>(ws + l.scratch + 2 * l.vec);
   float *spare2 = reinterpret_cast<float *>(ws + l.scratch + 3 * l.vec);
-  const int64_t C = c.view.c;
+  const int64_t C = c.pb.c;
   if (c.gamma == nullptr) check_cuda(launch_bn_fill(ones, C, 1.f, stream), "bn_fill");
   if (c.beta == nullptr) check_cuda(launch_bn_fill(zeros, C, 0.f, stream), "bn_fill");
   const float *gamma = c.gamma ? c.gamma : ones;
@@ -325,7 +315,7 @@ void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &c) {
   const float one = 1.f, zero = 0.f;
   std::lock_guard<std::mutex> lock(s.mutex);
   check(cudnnSetStream(s.handle, stream), "cudnnSetStream", false);
-  if (c.pass == BnPass::FwdTrain) {
+  if (c.pb.pass == BnPass::FwdTrain) {
     check(cudnnBatchNormalizationForwardTrainingEx(
               s.handle, p.mode, p.ops, &one, &zero, p.x.d, c.x,
               p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? p.x.d : nullptr, c.z, p.x.d, c.y, p.param.d,
@@ -335,7 +325,7 @@ void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &c) {
           "cudnnBatchNormalizationForwardTrainingEx", false);
     if (c.num_batches_tracked != nullptr)
       check_cuda(launch_bn_count(c.num_batches_tracked, stream), "bn_count");
-  } else if (c.pass == BnPass::FwdInfer) {
+  } else if (c.pb.pass == BnPass::FwdInfer) {
     check(cudnnBatchNormalizationForwardInference(s.handle, p.mode, &one, &zero, p.x.d, c.x, p.x.d,
                                                   c.y, p.param.d, gamma, beta, c.running_mean_in,
                                                   c.running_var_in, c.desc->epsilon),
@@ -360,8 +350,6 @@ void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &c) {
 
 #else  // no cuDNN in this build
 
-struct CudnnState {};
-void cudnn_state_destroy(CudnnState *state) noexcept { delete state; }
 bool cudnn_bn_built() { return false; }
 
 bool cudnn_bn_supports(fnorm_handle *, const BnCall &, std::string *why) {

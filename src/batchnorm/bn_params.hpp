@@ -44,11 +44,19 @@ struct BnReduceParams {
   // The two per-channel moments a pass reduces (named for both passes):
   float *part_moment1 = nullptr;           // forward: mean; backward: sum of dy
   float *part_moment2 = nullptr;           // forward: M2;   backward: sum of dy * (x - mean)
-  // In: splits = the most the workspace holds. Out (set by the launch): the
-  // splits used and their length, Columns: rows; Segments: elements (a
-  // multiple of 8).
+  // The splits of the launch shape (BnReduceShape) and their length,
+  // Columns: rows; Segments: elements (a multiple of 8).
   int64_t split_len = 0;
   int splits = 0;
+};
+
+// A reduction's launch shape: grid (grid_x, splits); Columns: column tiles
+// of 2^ncp_log2 packs; Segments: one block column per channel.
+struct BnReduceShape {
+  int64_t grid_x = 0;
+  int64_t split_len = 0;
+  int splits = 0;
+  int ncp_log2 = 0;
 };
 
 // Elementwise passes over elements [begin, end) in memory order.
@@ -78,24 +86,45 @@ struct BnApplyParams {
   int64_t *num_batches_tracked = nullptr;  // forward training: += 1 by one thread
 };
 
-using BnReduceLaunchFn = cudaError_t (*)(BnReduceParams &, const LaunchContext &);
-using BnApplyLaunchFn = cudaError_t (*)(const BnApplyParams &, const LaunchContext &);
 struct BnPersistParams;
-// Launches the one-launch kernel if the problem fits one co-resident grid;
-// the bool says whether it did.
-using BnPersistLaunchFn = cudaError_t (*)(const BnPersistParams &, const LaunchContext &, bool *);
+// The one-launch kernel's shape: whether the problem fits one co-resident
+// grid, the grid, the column packs per block tile and the combine form.
+struct BnPersistShape {
+  bool fits = false;
+  bool gather = false;
+  int ncp_log2 = 0;
+  int64_t blocks = 0;
+};
+
+// Each kernel of an instance: `shape` (what the plan asks once, from the
+// kernel's occupancy) and `launch` (enqueues with that shape).
+struct BnReduceFns {
+  cudaError_t (*shape)(const BnShape &, int max_splits, const DeviceContext &, BnReduceShape *);
+  cudaError_t (*launch)(const BnReduceParams &, const BnReduceShape &, cudaStream_t);
+};
+struct BnApplyFns {
+  // The shape of a pass over `elements` elements in the instance's packs.
+  cudaError_t (*shape)(const BnShape &, int64_t elements, const DeviceContext &, LaunchShape *);
+  cudaError_t (*launch)(const BnApplyParams &, const LaunchShape &, cudaStream_t);
+};
+struct BnPersistFns {
+  cudaError_t (*shape)(const BnPersistParams &, bool gather_all, const DeviceContext &, BnPersistShape *);
+  // *launched: whether it ran (a cooperative launch the device refuses
+  // leaves the general path to the caller).
+  cudaError_t (*launch)(const BnPersistParams &, const BnPersistShape &, cudaStream_t, bool *launched);
+};
 
 struct BnInstance {
   fnorm_dtype_t dtype;
   int pack;
-  BnReduceLaunchFn stats_columns;
-  BnReduceLaunchFn stats_segments;
-  BnReduceLaunchFn grads_columns;
-  BnReduceLaunchFn grads_segments;
-  BnApplyLaunchFn forward;
-  BnApplyLaunchFn backward;
-  BnPersistLaunchFn persist_forward;
-  BnPersistLaunchFn persist_backward;
+  BnReduceFns stats_columns;
+  BnReduceFns stats_segments;
+  BnReduceFns grads_columns;
+  BnReduceFns grads_segments;
+  BnApplyFns forward;
+  BnApplyFns backward;
+  BnPersistFns persist_forward;
+  BnPersistFns persist_backward;
   const char *name;
 };
 
@@ -162,10 +191,8 @@ struct BnPersistParams {
   int64_t max_blocks = 0;
   int epilogue = 0;
   int64_t *num_batches_tracked = nullptr;
-  // Forces the combine's gather form (bn_persistent.cuh; A/B runs:
-  // FNORM_BN_PERSIST_GATHER_ALL=1). The owner form passes the coefficients
+  // The owner combine form (bn_persistent.cuh) passes the coefficients
   // through f's workspace arrays (f.mean ... f.dy_scale must be set).
-  int gather_all = 0;
   BnFinalizeParams f;
 };
 

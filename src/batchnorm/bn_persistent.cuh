@@ -310,14 +310,15 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   }
 }
 
-// Launches the one-launch kernel if the whole problem fits one co-resident
-// grid; *launched says whether it did (if not, the caller runs the general
-// path). Assumptions: group == 1, width == ncp * PACK with ncp a power of two
-// <= 32, pointers aligned to PACK elements, p.part_moment1 / part_moment2 hold
-// ceil(rows / (rpi * K)) rows of width floats.
+// Whether the whole problem fits one co-resident grid of the one-launch
+// kernel, and its grid and combine form (gather_all: the gather form at any
+// size). Assumptions (of a shape that fits): group == 1, width == ncp * PACK
+// with ncp a power of two <= 32, pointers aligned to PACK elements,
+// p.part_moment1 / part_moment2 hold p.max_blocks rows of width floats.
 template <typename T, int PACK, bool BWD>
-cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &ctx, bool *launched) {
-  *launched = false;
+cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+                                BnPersistShape *s) {
+  *s = BnPersistShape{};
   const int64_t packs = p.shape.width / PACK;
   if (p.shape.group != 1 || p.shape.width % PACK != 0 || packs > 32 || (packs & (packs - 1)) != 0)
     return cudaSuccess;
@@ -326,22 +327,36 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const LaunchContext &
   const int64_t rows_per_block = (kBnThreads >> ncp_log2) * int64_t{kBnPersistK};
   const int64_t blocks = ceil_div(p.shape.rows, rows_per_block);
   if (blocks > p.max_blocks) return cudaSuccess;
-  const bool gather = p.gather_all || blocks * p.shape.width <= kBnGatherMax;
+  const bool gather = gather_all || blocks * p.shape.width <= kBnGatherMax;
   auto kernel = gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
   int occ = 0;
-  cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
+  cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
   if (blocks > static_cast<int64_t>(occ) * ctx.dev.sm_count) return cudaSuccess;
+  s->fits = true;
+  s->blocks = blocks;
+  s->ncp_log2 = ncp_log2;
+  s->gather = gather;
+  return cudaSuccess;
+}
+
+// Launches the one-launch kernel with a shape that fits; *launched says
+// whether it did (if not, the caller runs the general path).
+template <typename T, int PACK, bool BWD>
+cudaError_t launch_bn_persistent(const BnPersistParams &p, const BnPersistShape &s, cudaStream_t stream,
+                                 bool *launched) {
+  *launched = false;
+  auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.gridDim = dim3(static_cast<unsigned>(s.blocks));
   cfg.blockDim = dim3(kBnThreads);
-  cfg.stream = ctx.stream;
+  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, kernel, p, ncp_log2);
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, s.ncp_log2);
   if (err == cudaErrorCooperativeLaunchTooLarge) {
     // Fewer SMs than the device reports (MPS limits, green contexts): the
     // caller runs the general path.

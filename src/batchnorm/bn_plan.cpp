@@ -2,8 +2,6 @@
 // the reduction kind, splits and workspace layout (NativePlan). The size
 // queries and the launches both ask here, so they cannot disagree.
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "batchnorm/batchnorm.hpp"
@@ -11,7 +9,6 @@
 namespace fnorm {
 namespace {
 
-constexpr size_t kAlign = 256;  // every workspace region starts at a multiple of this
 
 // Channels-first runs at least this long get one block per (channel, split);
 // shorter runs are reduced as columns of the [N, C * S] matrix.
@@ -20,11 +17,15 @@ constexpr int64_t kMaxGridY = 65535;
 
 }  // namespace
 
+BnReduceKind bn_reduce_kind(const BnShape &s) {
+  return s.group >= kSegmentMinGroup ? BnReduceKind::Segments : BnReduceKind::Columns;
+}
+
 // Depends on the shape and the device only (never on pointer alignment or
 // occupancy), so the size query and the launch agree. The reductions run one
 // wave of resident blocks (at most max_threads_per_sm / 256 per SM) split
 // over the column tiles (Columns) or channels (Segments).
-NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool sync) {
+NativePlan plan_native(const BnProblem &v, const DeviceInfo &dev, BnPass pass, bool sync) {
   NativePlan p;
   const char *arg = "x_desc";  // every size here comes from x's dimensions
   const BnShape &s = v.shape;
@@ -33,7 +34,7 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
   size_t off = 0;
   if (pass != BnPass::FwdInfer) {
     int64_t splits = 0;
-    if (s.group >= kSegmentMinGroup) {
+    if (bn_reduce_kind(s) == BnReduceKind::Segments) {
       p.kind = BnReduceKind::Segments;
       p.domain = s.rows * s.group;
       p.part_width = s.channels;
@@ -52,12 +53,12 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
     const size_t part = checked_align_up(
         checked_mul(checked_mul(static_cast<size_t>(p.max_splits), static_cast<size_t>(p.part_width), arg),
                     sizeof(float), arg),
-        kAlign, arg);
+        kRegionAlign, arg);
     p.off_moment1 = off;
     p.off_moment2 = part;
     off = checked_mul(2, part, arg);
   }
-  const size_t vec = checked_align_up(v.vec_bytes, kAlign, arg);
+  const size_t vec = checked_align_up(v.vec_bytes, kRegionAlign, arg);
   p.off_mean = off;
   p.off_xmu_scale = checked_add(off, vec, arg);
   p.off_shift = checked_add(p.off_xmu_scale, vec, arg);
@@ -66,7 +67,7 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
   if (sync && pass != BnPass::FwdInfer) {  // the all-reduced per-channel triples
     p.off_sync = p.total;
     const size_t triples = checked_mul(static_cast<size_t>(s.channels), 3 * sizeof(double), arg);
-    p.total = checked_add(p.total, checked_align_up(triples, kAlign, arg), arg);
+    p.total = checked_add(p.total, checked_align_up(triples, kRegionAlign, arg), arg);
   }
   return p;
 }
@@ -99,43 +100,25 @@ NativePlan plan_native(const BnView &v, const DeviceInfo &dev, BnPass pass, bool
 // the largest measured was 103 MB = 1.6x the L2, still 0.87 / 0.94, and
 // above 2x the L2 (of whatever GPU this is: the H100 has 50 MiB) AUTO keeps
 // NATIVE rather than extrapolate.
-bool bn_auto_prefers_cudnn(const BnView &v, BnPass pass, const BnAutoDevice &d) {
+bool bn_auto_prefers_cudnn(const BnProblem &v, BnPass pass, int64_t l2_bytes) {
   if (pass == BnPass::FwdInfer || !v.channels_last || v.dtype == FNORM_DTYPE_FLOAT32) return false;
-  if (v.c != 64 || v.spatial == 1 || d.l2_bytes <= 0) return false;
+  if (v.c != 64 || v.spatial == 1 || l2_bytes <= 0) return false;
   const int64_t bytes = static_cast<int64_t>(v.bytes);
-  return bytes >= (int64_t{1} << 20) && bytes <= 2 * d.l2_bytes;
+  return bytes >= (int64_t{1} << 20) && bytes <= 2 * l2_bytes;
 }
-
-BnAutoDevice bn_auto_device(int device) {
-  static std::mutex mutex;
-  static std::map<int, BnAutoDevice> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int l2 = 0;
-  BnAutoDevice d;
-  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess) {
-    d.l2_bytes = l2;
-  } else {
-    (void)cudaGetLastError();  // no device (host tests): AUTO stays NATIVE
-  }
-  cache.emplace(device, d);
-  return d;
-}
-
-namespace {
 
 // The cases AUTO may send to cuDNN, from the shape and descriptor alone:
 // training, no epilogue (cuDNN's fused ReLU backward reads y, which AUTO
 // callers need not pass, and the reserve formats differ), no communicator,
 // EXPONENTIAL averaging (cuDNN takes the factor on the host), and what the
 // rule above picks.
-bool auto_candidate(fnorm_handle *h, const BnCall &c) {
-  const fnorm_batchnorm_desc *d = c.desc;
-  return d->engine == FNORM_BN_ENGINE_AUTO && c.pass != BnPass::FwdInfer && d->epilogue == FNORM_BN_EPILOGUE_NONE &&
-         d->comm == nullptr && d->average == FNORM_BN_AVERAGE_EXPONENTIAL && cudnn_bn_built() &&
-         bn_auto_prefers_cudnn(c.view, c.pass, bn_auto_device(h->device));
+bool bn_auto_candidate(const fnorm_handle *h, const BnProblem &pb) {
+  return pb.engine == FNORM_BN_ENGINE_AUTO && pb.pass != BnPass::FwdInfer && pb.epilogue == FNORM_BN_EPILOGUE_NONE &&
+         !pb.sync && pb.average == FNORM_BN_AVERAGE_EXPONENTIAL && cudnn_bn_built() &&
+         bn_auto_prefers_cudnn(pb, pb.pass, h->info.l2_bytes);
 }
+
+namespace {
 
 // The launch's pointers: cuDNN needs 16-byte aligned tensors (a misaligned
 // one faulted, cuDNN 9.14) and AUTO asks the same of the per-channel vectors
@@ -143,7 +126,7 @@ bool auto_candidate(fnorm_handle *h, const BnCall &c) {
 // kernels are written for it.
 bool auto_pointers_ok(const BnCall &c) {
   if (c.local_empty || c.x == nullptr) return false;
-  if (c.pass == BnPass::FwdTrain) {
+  if (c.pb.pass == BnPass::FwdTrain) {
     if (c.y == nullptr || c.y == c.x) return false;
   } else if (c.dy == nullptr || c.dx == nullptr || c.dx == c.dy || c.dx == c.x) {
     return false;
@@ -154,12 +137,12 @@ bool auto_pointers_ok(const BnCall &c) {
 }
 
 size_t native_workspace(fnorm_handle *h, const BnCall &c) {
-  return plan_native(c.view, h->info, c.pass, c.desc->comm != nullptr).total;
+  return plan_native(c.pb, h->info, c.pb.pass, c.pb.sync != 0).total;
 }
 
 // CUDNN asked for by name: refusals are NOT_SUPPORTED with the reason.
 void require_cudnn(fnorm_handle *h, const BnCall &c) {
-  FNORM_REQUIRE(c.desc->comm == nullptr || c.pass == BnPass::FwdInfer, FNORM_STATUS_NOT_SUPPORTED,
+  FNORM_REQUIRE(!c.pb.sync, FNORM_STATUS_NOT_SUPPORTED,
                 "SyncBatchNorm (a communicator is attached) runs on the NATIVE engine only");
   FNORM_REQUIRE(cudnn_bn_built(), FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "the CUDNN engine was left out of this build (cuDNN not found; meson option 'cudnn')");
@@ -170,7 +153,7 @@ void require_cudnn(fnorm_handle *h, const BnCall &c) {
 
 }  // namespace
 
-fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, cudaStream_t stream) {
+fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, bool candidate, cudaStream_t stream) {
   switch (c.desc->engine) {
     case FNORM_BN_ENGINE_NATIVE:
       return FNORM_BN_ENGINE_NATIVE;
@@ -184,7 +167,7 @@ fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, cudaStream_t s
   // (else NATIVE, silently: both compute the same function, and with a 0-byte
   // reserve either engine's backward reads the other's saved statistics).
   size_t need = 0;
-  if (auto_candidate(h, c) && auto_pointers_ok(c) && cudnn_bn_auto_state(h, stream) &&
+  if (candidate && auto_pointers_ok(c) && cudnn_bn_auto_state(h, stream) &&
       cudnn_bn_auto_takes(h, c, &need) && c.workspace_bytes >= need)
     return FNORM_BN_ENGINE_CUDNN;
   return FNORM_BN_ENGINE_NATIVE;
@@ -200,7 +183,7 @@ size_t workspace_for(fnorm_handle *h, const BnCall &c) {
   size_t cudnn = 0;
   // A size query under AUTO: what either engine needs (cuDNN's part once its
   // state exists; a launch given less runs NATIVE).
-  if (e == FNORM_BN_ENGINE_AUTO && auto_candidate(h, c) && cudnn_bn_auto_takes(h, c, &cudnn))
+  if (e == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, c.pb) && cudnn_bn_auto_takes(h, c, &cudnn))
     ws = std::max(ws, cudnn);
   return ws;
 }
@@ -213,7 +196,7 @@ size_t reserve_for(fnorm_handle *h, const BnCall &c) {
   }
   if (c.desc->epilogue == FNORM_BN_EPILOGUE_NONE) return 0;
   // One bit per element: elements <= 2^63 keep this below 2^61 bytes.
-  return static_cast<size_t>(ceil_div(c.view.elements(), 32)) * 4;
+  return static_cast<size_t>(ceil_div(c.pb.elements(), 32)) * 4;
 }
 
 }  // namespace fnorm

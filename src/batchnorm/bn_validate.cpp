@@ -1,9 +1,11 @@
-// BatchNorm validation: tensor descriptors -> BnView (layout), and the checks
-// of a call's pointers and sizes. Built on core/validate.hpp.
+// BatchNorm: describe (tensor descriptors -> BnProblem, the layout) and the
+// checks of a call's pointers and sizes. Built on core/validate.hpp.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "batchnorm/batchnorm.hpp"
+#include "core/pointer_check.hpp"
 
 namespace fnorm {
 namespace {
@@ -19,19 +21,13 @@ bool strides_match(const fnorm_tensor_desc *d, const int32_t *order) {
   return true;
 }
 
-}  // namespace
-
-void bn_check_desc(const fnorm_batchnorm_desc *bn) {
-  FNORM_REQUIRE(bn != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'bn' is NULL");
-}
-
-BnView bn_view(const fnorm_tensor_desc *d, const char *arg) {
+// The tensor part of a problem: sizes and layout of `d`, named `arg`.
+void view_of(const fnorm_tensor_desc *d, const char *arg, BnProblem &v) {
   FNORM_REQUIRE(d != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", arg);
   FNORM_REQUIRE(d->is_set, FNORM_STATUS_BAD_PARAM, "argument '%s' was never set", arg);
   FNORM_REQUIRE(d->rank >= 2, FNORM_STATUS_BAD_PARAM_SHAPE,
                 "argument '%s' has rank %d; BatchNorm needs [N, C, spatial...] (rank >= 2)", arg,
                 d->rank);
-  BnView v;
   v.dtype = d->dtype;
   v.rank = d->rank;
   std::copy(d->dims, d->dims + d->rank, v.dims);
@@ -39,8 +35,12 @@ BnView bn_view(const fnorm_tensor_desc *d, const char *arg) {
   v.c = d->dims[1];
   for (int32_t i = 2; i < d->rank; ++i) v.spatial *= d->dims[i];
   // (fnorm_tensor_desc_set keeps N * C * spatial within int64.)
-  v.bytes = checked_mul(static_cast<size_t>(v.n * v.c * v.spatial), dtype_size(v.dtype), arg);
+  v.bytes = checked_mul(static_cast<size_t>(v.elements()), dtype_size(v.dtype), arg);
   v.vec_bytes = checked_mul(static_cast<size_t>(v.c), sizeof(float), arg);
+  if (v.elements() == 0) {  // no element to address: any strides will do
+    v.shape = BnShape{v.n, v.c * v.spatial, v.spatial, v.c};
+    return;
+  }
   int32_t nchw[FNORM_MAX_RANK], nhwc[FNORM_MAX_RANK];
   for (int32_t i = 0; i < d->rank; ++i) nchw[i] = i;
   nhwc[0] = 0;  // N, spatial..., C (fastest)
@@ -48,12 +48,12 @@ BnView bn_view(const fnorm_tensor_desc *d, const char *arg) {
   nhwc[d->rank - 1] = 1;
   const bool cf = strides_match(d, nchw), cl = strides_match(d, nhwc);
   if (v.spatial == 1 && (cf || cl)) {
-    v.channels_last = true;
+    v.channels_last = 1;
     v.shape = BnShape{v.n, v.c, 1, v.c};
   } else if (cf) {
     v.shape = BnShape{v.n, v.c * v.spatial, v.spatial, v.c};
   } else if (cl) {
-    v.channels_last = true;
+    v.channels_last = 1;
     v.shape = BnShape{v.n * v.spatial, v.c, 1, v.c};
   } else {
     std::string s;
@@ -63,11 +63,64 @@ BnView bn_view(const fnorm_tensor_desc *d, const char *arg) {
          "argument '%s': strides [%s] are neither packed channels-first (NCHW) nor packed "
          "channels-last (NHWC)", arg, s.c_str());
   }
+}
+
+void require_vec_aligned(const void *p, const char *name) {
+  FNORM_REQUIRE(is_aligned(p, 4), FNORM_STATUS_BAD_PARAM,
+                "argument '%s' (%p) is not 4-byte aligned (fp32 per-channel vector)", name, p);
+}
+
+void require_vecs_aligned(std::initializer_list<std::pair<const float *, const char *>> vecs) {
+  for (const auto &v : vecs) require_vec_aligned(v.first, v.second);
+}
+
+// Training needs more than one value per channel, as frameworks say (an
+// empty batch has none and is no error). SyncBatchNorm: the count that
+// matters is the global one, which the host does not see.
+void require_training_count(const BnCall &c) {
+  FNORM_REQUIRE(c.desc->comm != nullptr || c.pb.per_channel() != 1, FNORM_STATUS_BAD_PARAM,
+                "argument 'x_desc': training needs more than one value per channel (N * "
+                "spatial = %lld)", static_cast<long long>(c.pb.per_channel()));
+}
+
+// z only with the epilogue that adds it, and then required where the rank
+// has samples.
+void require_addend(const BnCall &c) {
+  if (c.desc->epilogue != FNORM_BN_EPILOGUE_ADD_RELU) {
+    FNORM_REQUIRE(c.z == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'z' is given but the epilogue is not ADD_RELU");
+  } else if (!c.local_empty && c.pb.elements() != 0) {
+    FNORM_REQUIRE(c.z != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                  "argument 'z' is NULL; the ADD_RELU epilogue adds it");
+  }
+}
+
+// Data pointers required where the tensors have elements on this rank.
+void require_data(const BnCall &c, std::initializer_list<std::pair<const void *, const char *>> data) {
+  if (c.local_empty || c.pb.elements() == 0) return;
+  for (const auto &d : data)
+    if (d.first == nullptr) fail(FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", d.second);
+}
+
+}  // namespace
+
+BnProblem describe_bn(BnPass pass, const fnorm_batchnorm_desc *bn, const fnorm_tensor_desc *x_desc) {
+  FNORM_REQUIRE(bn != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'bn' is NULL");
+  BnProblem v;
+  view_of(x_desc, "x_desc", v);
+  v.pass = pass;
+  v.epilogue = bn->epilogue;
+  v.engine = bn->engine;
+  v.average = bn->average;
+  v.sync_flags = bn->sync_flags;
+  v.sync = bn->comm != nullptr && pass != BnPass::FwdInfer;
+  std::memcpy(&v.eps_bits, &bn->epsilon, sizeof(double));
+  std::memcpy(&v.momentum_bits, &bn->momentum, sizeof(double));
   return v;
 }
 
-void bn_require_same(const BnView &x, const fnorm_tensor_desc *other, const char *arg) {
-  const BnView o = bn_view(other, arg);
+void bn_require_same(const BnProblem &x, const fnorm_tensor_desc *other, const char *arg) {
+  BnProblem o;
+  view_of(other, arg, o);
   FNORM_REQUIRE(o.dtype == x.dtype, FNORM_STATUS_BAD_PARAM_SHAPE,
                 "argument '%s' has dtype %s; x_desc has %s", arg, dtype_name(o.dtype),
                 dtype_name(x.dtype));
@@ -81,16 +134,96 @@ void bn_require_same(const BnView &x, const fnorm_tensor_desc *other, const char
                 x.channels_last ? "channels-last" : "channels-first");
 }
 
-namespace {
-void require_vec_aligned(const void *p, const char *name) {
-  FNORM_REQUIRE(is_aligned(p, 4), FNORM_STATUS_BAD_PARAM,
-                "argument '%s' (%p) is not 4-byte aligned (fp32 per-channel vector)", name, p);
+void check_bn_fwd_train_args(const fnorm_handle *h, const BnCall &c) {
+  require_data(c, {{c.x, "x"}, {c.y, "y"}});
+  require_addend(c);
+  FNORM_REQUIRE((c.running_mean == nullptr) == (c.running_var == nullptr), FNORM_STATUS_BAD_PARAM,
+                "arguments 'running_mean' and 'running_var' must be given together");
+  FNORM_REQUIRE(!(c.running_mean != nullptr && c.desc->average == FNORM_BN_AVERAGE_CUMULATIVE &&
+                  c.num_batches_tracked == nullptr),
+                FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                "argument 'num_batches_tracked' is NULL; CUMULATIVE averaging reads it");
+  FNORM_REQUIRE(is_aligned(c.num_batches_tracked, 8), FNORM_STATUS_BAD_PARAM,
+                "argument 'num_batches_tracked' (%p) is not 8-byte aligned",
+                static_cast<void *>(c.num_batches_tracked));
+  require_training_count(c);
+  require_vecs_aligned({{c.gamma, "gamma"}, {c.beta, "beta"}, {c.running_mean, "running_mean"},
+                        {c.running_var, "running_var"}, {c.saved_mean, "saved_mean"},
+                        {c.saved_invstd, "saved_invstd"}});
+  const uint64_t data = c.pb.bytes, vec = c.pb.vec_bytes;
+  const std::initializer_list<Buffer> buffers = {
+      input("x", c.x, data),
+      input("z", c.z, data),
+      input("gamma", c.gamma, vec),
+      input("beta", c.beta, vec),
+      output("y", c.y, data),
+      output("running_mean", c.running_mean, vec),
+      output("running_var", c.running_var, vec),
+      output("num_batches_tracked", c.num_batches_tracked, 8),
+      output("saved_mean", c.saved_mean, vec),
+      output("saved_invstd", c.saved_invstd, vec),
+      output("reserve", c.reserve, c.reserve_bytes),
+      output("workspace", c.workspace, c.workspace_bytes)};
+  require_no_overlap(buffers, {{"y", "x"}, {"y", "z"}});
+  require_device_memory(h, buffers);
 }
 
-}  // namespace
+void check_bn_fwd_infer_args(const fnorm_handle *h, const BnCall &c) {
+  require_data(c, {{c.x, "x"}, {c.y, "y"}});
+  if (c.pb.c != 0) {
+    FNORM_REQUIRE(c.running_mean_in != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'running_mean' is NULL");
+    FNORM_REQUIRE(c.running_var_in != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'running_var' is NULL");
+  }
+  require_addend(c);
+  require_vecs_aligned({{c.gamma, "gamma"}, {c.beta, "beta"}, {c.running_mean_in, "running_mean"},
+                        {c.running_var_in, "running_var"}});
+  const uint64_t data = c.pb.bytes, vec = c.pb.vec_bytes;
+  const std::initializer_list<Buffer> buffers = {
+      input("x", c.x, data),
+      input("z", c.z, data),
+      input("gamma", c.gamma, vec),
+      input("beta", c.beta, vec),
+      input("running_mean", c.running_mean_in, vec),
+      input("running_var", c.running_var_in, vec),
+      output("y", c.y, data),
+      output("workspace", c.workspace, c.workspace_bytes)};
+  require_no_overlap(buffers, {{"y", "x"}, {"y", "z"}});
+  require_device_memory(h, buffers);
+}
 
-void check_workspace(fnorm_handle *h, const BnCall &c) {
-  require_workspace(c.workspace, c.workspace_bytes, workspace_for(h, c), "the size query", 16);
+void check_bn_bwd_args(const fnorm_handle *h, const BnCall &c) {
+  require_data(c, {{c.x, "x"}, {c.dy, "dy"}, {c.dx, "dx"}});
+  if (c.pb.elements() != 0 || c.local_empty) {
+    FNORM_REQUIRE(c.saved_mean_in != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'saved_mean' is NULL");
+    FNORM_REQUIRE(c.saved_invstd_in != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                  "argument 'saved_invstd' is NULL");
+  }
+  FNORM_REQUIRE(c.dz == nullptr || c.desc->epilogue == FNORM_BN_EPILOGUE_ADD_RELU, FNORM_STATUS_BAD_PARAM,
+                "argument 'dz' is given but the epilogue is not ADD_RELU");
+  require_training_count(c);
+  require_vecs_aligned({{c.gamma, "gamma"}, {c.beta, "beta"}, {c.saved_mean_in, "saved_mean"},
+                        {c.saved_invstd_in, "saved_invstd"}, {c.dgamma, "dgamma"}, {c.dbeta, "dbeta"}});
+  const uint64_t data = c.pb.bytes, vec = c.pb.vec_bytes;
+  const std::initializer_list<Buffer> buffers = {
+      input("x", c.x, data),
+      input("dy", c.dy, data),
+      input("y", c.y_in, data),
+      input("gamma", c.gamma, vec),
+      input("beta", c.beta, vec),
+      input("saved_mean", c.saved_mean_in, vec),
+      input("saved_invstd", c.saved_invstd_in, vec),
+      input("reserve", c.reserve, c.reserve_bytes),
+      output("dx", c.dx, data),
+      output("dz", c.dz, data),
+      output("dgamma", c.dgamma, vec),
+      output("dbeta", c.dbeta, vec),
+      output("workspace", c.workspace, c.workspace_bytes)};
+  require_no_overlap(buffers, {{"dx", "dy"}, {"dx", "x"}, {"dz", "dy"}});
+  require_device_memory(h, buffers);
+}
+
+void check_workspace(fnorm_handle *, const BnCall &c, size_t need) {
+  require_workspace(c.workspace, c.workspace_bytes, need, "the size query", 16);
 }
 
 void check_reserve(fnorm_handle *h, const BnCall &c) {
@@ -104,27 +237,6 @@ void check_reserve(fnorm_handle *h, const BnCall &c) {
                 c.reserve_bytes, need);
   FNORM_REQUIRE(is_aligned(c.reserve, 16), FNORM_STATUS_BAD_PARAM,
                 "argument 'reserve' (%p) is not 16-byte aligned", c.reserve);
-}
-
-// Checks shared by the launches.
-void require_training_count(const BnCall &c) {
-  // (SyncBatchNorm: the count that matters is the global one, which the host
-  // does not see.)
-  FNORM_REQUIRE(c.desc->comm != nullptr || c.view.per_channel() > 1, FNORM_STATUS_BAD_PARAM,
-                "argument 'x_desc': training needs more than one value per channel (N * "
-                "spatial = %lld)", static_cast<long long>(c.view.per_channel()));
-}
-
-void require_vecs_aligned(std::initializer_list<std::pair<const float *, const char *>> vecs) {
-  for (const auto &v : vecs) require_vec_aligned(v.first, v.second);
-}
-
-// z is given exactly when the epilogue adds it (and the rank has samples).
-void require_addend(const fnorm_batchnorm_desc *bn, const void *z, bool local_empty) {
-  const bool add = bn->epilogue == FNORM_BN_EPILOGUE_ADD_RELU && !local_empty;
-  FNORM_REQUIRE(add == (z != nullptr), add ? FNORM_STATUS_BAD_PARAM_NULL_POINTER : FNORM_STATUS_BAD_PARAM,
-                add ? "argument 'z' is NULL; the ADD_RELU epilogue adds it"
-                    : "argument 'z' is given but the epilogue is not ADD_RELU");
 }
 
 }  // namespace fnorm

@@ -17,6 +17,10 @@ namespace fnorm {
 // dimensions near INT64_MAX: UBSan under the BatchNorm fuzzer).
 FNORM_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
+// Every workspace region of every op starts at a multiple of this (cuBLASLt
+// and cuDNN ask 256 of their scratch; vector loads need 16).
+constexpr size_t kRegionAlign = 256;
+
 // n rounded up to a multiple of `to` (callers keep n + to in range).
 constexpr size_t align_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 

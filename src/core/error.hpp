@@ -77,6 +77,11 @@ fnorm_status_t destroy_object(T *desc) noexcept {
       ::fnorm::fail(FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", #arg); \
   } while (0)
 
+// The pointer `arg` names (an argument, or a member of an argument struct).
+inline void require_not_null(const void *p, const char *arg) {
+  if (p == nullptr) fail(FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument '%s' is NULL", arg);
+}
+
 #define FNORM_REQUIRE(cond, status, ...) \
   do {                                   \
     if (!(cond)) ::fnorm::fail(status, __VA_ARGS__); \

@@ -1,8 +1,9 @@
-// fnorm_create / fnorm_destroy / fnorm_get_device, and the device guard.
+// fnorm_create / fnorm_destroy / fnorm_get_device, the device guard, and
+// the handles' ids and op slots.
+#include <atomic>
 #include <memory>
 
 #include "core/handle.hpp"
-#include "core/pointer_check.hpp"
 
 namespace fnorm {
 
@@ -18,7 +19,19 @@ DeviceGuard::~DeviceGuard() {
   if (switched_) (void)cudaSetDevice(previous_);
 }
 
+int next_op_state_slot() {
+  static std::atomic<int> next{0};
+  const int slot = next.fetch_add(1);
+  if (slot >= OpStates::kSlots) fail(FNORM_STATUS_INTERNAL_ERROR, "more op states than OpStates::kSlots");
+  return slot;
+}
+
 }  // namespace fnorm
+
+fnorm_handle::fnorm_handle() {
+  static std::atomic<uint64_t> next_id{1};
+  id = next_id.fetch_add(1);
+}
 
 extern "C" {
 
@@ -35,7 +48,8 @@ FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle) {
     h->info.max_smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
     h->info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
     h->info.cc_major = prop.major;
-    h->check_pointers = fnorm::checked_mode_from_env();
+    h->info.l2_bytes = prop.l2CacheSize;
+    h->tuning = fnorm::tuning_from_env();
     *handle = h.release();
   });
 }

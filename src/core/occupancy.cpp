@@ -1,5 +1,5 @@
-// Kernel occupancy, cached per handle: what the planners and launchers of
-// every op size their grids with.
+// Kernel occupancy, cached per handle: what the planners of every op size
+// their launches with.
 #include <map>
 #include <mutex>
 #include <utility>
@@ -11,10 +11,10 @@ namespace fnorm {
 namespace {
 
 // The limit is a property of the kernel on the device, shared by every
-// handle in the process: it is recorded process-wide and only ever raised.
-// (Kept per handle, a second handle asking for less lowered it under the
-// first one's cached launches: cudaErrorInvalidValue at launch, H200,
-// 2026-11-22.)
+// handle in the process: it is recorded process-wide and only ever raised,
+// so that a handle asking for less never lowers it under another handle's
+// planned launches (that gave cudaErrorInvalidValue at launch, H200,
+// 2026-11-22).
 cudaError_t open_dynamic_smem(const void *func, size_t smem) {
   static std::mutex mutex;
   static std::map<std::pair<int, const void *>, size_t> opened_to;
@@ -32,11 +32,11 @@ cudaError_t open_dynamic_smem(const void *func, size_t smem) {
 
 }  // namespace
 
-cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int *blocks_per_sm) {
+cudaError_t OccupancyCache::occupancy(const void *func, int block, size_t smem, int *blocks_per_sm) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto key = std::make_tuple(func, block, smem);
-  auto it = occupancy_.find(key);
-  if (it != occupancy_.end()) {
+  auto it = blocks_per_sm_.find(key);
+  if (it != blocks_per_sm_.end()) {
     *blocks_per_sm = it->second;
     return cudaSuccess;
   }
@@ -57,12 +57,12 @@ cudaError_t KernelCache::occupancy(const void *func, int block, size_t smem, int
   int occ = 0;
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, func, block, smem);
   if (err != cudaSuccess) return err;
-  occupancy_.emplace(key, occ);
+  blocks_per_sm_.emplace(key, occ);
   *blocks_per_sm = occ;
   return cudaSuccess;
 }
 
-cudaError_t cached_occupancy(KernelCache *cache, const void *func, int block, size_t smem,
+cudaError_t cached_occupancy(OccupancyCache *cache, const void *func, int block, size_t smem,
                              int *blocks_per_sm) {
   return cache->occupancy(func, block, smem, blocks_per_sm);
 }

@@ -2,15 +2,8 @@
 
 #include <cuda.h>
 
-#include <cstdlib>
-#include <cstring>
 
 namespace fnorm {
-
-bool checked_mode_from_env() {
-  const char *v = std::getenv("FNORM_CHECK_POINTERS");
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
 
 namespace {
 
@@ -42,7 +35,7 @@ const char *type_name(cudaMemoryType t) {
   return "unknown memory";
 }
 
-void require_one(const fnorm_handle *h, const Span &s) {
+void require_one(const fnorm_handle *h, const Buffer &s) {
   cudaPointerAttributes a{};
   const cudaError_t err = cudaPointerGetAttributes(&a, s.ptr);
   if (err != cudaSuccess) {
@@ -73,10 +66,10 @@ void require_one(const fnorm_handle *h, const Span &s) {
 
 }  // namespace
 
-void require_device_memory(const fnorm_handle *h, std::initializer_list<Span> spans) {
-  if (!h->check_pointers) return;
-  for (const Span &s : spans)
-    if (s.ptr != nullptr) require_one(h, s);
+void require_device_memory(const fnorm_handle *h, std::initializer_list<Buffer> buffers) {
+  if (!h->tuning.check_pointers) return;
+  for (const Buffer &s : buffers)
+    if (s.ptr != nullptr && s.bytes != 0) require_one(h, s);
 }
 
 }  // namespace fnorm

@@ -10,15 +10,12 @@
 
 namespace fnorm {
 
-// Whether FNORM_CHECK_POINTERS asks for checked mode (set, not "" or "0").
-bool checked_mode_from_env();
-
-// In checked mode (h->check_pointers), each non-NULL span must be memory the
+// In checked mode (h->tuning.check_pointers), each non-NULL buffer must be memory the
 // handle's device can access (device memory of that device, managed memory,
 // or mapped pinned host memory), and where CUDA can tell the allocation's
 // extent (cuMemGetAddressRange), hold `bytes` from the pointer on. BAD_PARAM
 // naming the argument otherwise. Outside checked mode: nothing (a host
 // pointer then faults in the kernel).
-void require_device_memory(const fnorm_handle *h, std::initializer_list<Span> spans);
+void require_device_memory(const fnorm_handle *h, std::initializer_list<Buffer> buffers);
 
 }  // namespace fnorm

@@ -23,15 +23,20 @@ FNORM_API fnorm_status_t fnorm_tensor_desc_set(fnorm_tensor_desc_t desc, fnorm_d
     fnorm_tensor_desc d;
     d.dtype = dtype;
     d.rank = rank;
-    int64_t elements = 1;
+    // A size may be 0 (an empty tensor). The product of the other sizes
+    // must still fit in int64, so that every partial product an op forms
+    // from them does.
+    int64_t nonzero = 1;
     for (int32_t i = 0; i < rank; ++i) {
-      FNORM_REQUIRE(dims[i] >= 1, FNORM_STATUS_BAD_PARAM,
-                    "argument 'dims[%d]' is %lld; sizes must be >= 1", i,
+      FNORM_REQUIRE(dims[i] >= 0, FNORM_STATUS_BAD_PARAM,
+                    "argument 'dims[%d]' is %lld; sizes must be >= 0", i,
                     static_cast<long long>(dims[i]));
-      FNORM_REQUIRE(elements <= INT64_MAX / dims[i], FNORM_STATUS_BAD_PARAM,
-                    "argument 'dims': the element count overflows int64 at dims[%d] = %lld", i,
-                    static_cast<long long>(dims[i]));
-      elements *= dims[i];
+      if (dims[i] > 0) {
+        FNORM_REQUIRE(nonzero <= INT64_MAX / dims[i], FNORM_STATUS_BAD_PARAM,
+                      "argument 'dims': the element count overflows int64 at dims[%d] = %lld", i,
+                      static_cast<long long>(dims[i]));
+        nonzero *= dims[i];
+      }
       d.dims[i] = dims[i];
     }
     if (strides != nullptr) {
@@ -42,10 +47,12 @@ FNORM_API fnorm_status_t fnorm_tensor_desc_set(fnorm_tensor_desc_t desc, fnorm_d
         d.strides[i] = strides[i];
       }
     } else {
+      // Packed row-major; a size-0 dimension strides as a size-1 one (as
+      // PyTorch's contiguous strides do).
       int64_t s = 1;
       for (int32_t i = rank - 1; i >= 0; --i) {
         d.strides[i] = s;
-        s *= d.dims[i];
+        s *= d.dims[i] > 0 ? d.dims[i] : 1;
       }
     }
     d.is_set = true;

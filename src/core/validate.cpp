@@ -31,8 +31,15 @@ void require_same_sizes(const fnorm_tensor_desc &d, const char *arg, const fnorm
   }
 }
 
-RowLayout packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg) {
-  RowLayout l;
+MatrixView packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg) {
+  MatrixView l;
+  if (elements_of(d) == 0) {  // no element to address: any strides will do
+    l.cols = 1;
+    for (int32_t i = axis; i < d.rank; ++i) l.cols *= d.dims[i];
+    for (int32_t i = 0; i < axis; ++i) l.rows *= d.dims[i];
+    l.row_stride = l.cols;
+    return l;
+  }
   int64_t expected = 1;
   for (int32_t i = d.rank - 1; i >= axis; --i) {
     FNORM_REQUIRE(d.dims[i] == 1 || d.strides[i] == expected, FNORM_STATUS_NOT_SUPPORTED,
@@ -64,8 +71,8 @@ RowLayout packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg)
   return l;
 }
 
-void require_disjoint_rows(const RowLayout &l, const char *arg, bool output) {
-  if (l.rows <= 1) return;
+void require_disjoint_rows(const MatrixView &l, const char *arg, bool output) {
+  if (l.rows <= 1 || l.cols == 0) return;
   FNORM_REQUIRE(l.row_stride >= l.cols, output ? FNORM_STATUS_BAD_PARAM : FNORM_STATUS_NOT_SUPPORTED,
                 "argument '%s': rows overlap (row stride %lld < %lld columns)%s", arg,
                 static_cast<long long>(l.row_stride), static_cast<long long>(l.cols),
@@ -97,28 +104,43 @@ size_t checked_align_up(size_t n, size_t to, const char *arg) {
   return checked_add(n, to - 1, arg) / to * to;
 }
 
+int64_t elements_of(const fnorm_tensor_desc &d) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < d.rank; ++i) n *= d.dims[i];
+  return n;
+}
+
 size_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes, const char *arg) {
+  if (rows <= 0 || cols <= 0) return 0;
   const size_t last_row = checked_mul(static_cast<size_t>(rows - 1), static_cast<size_t>(row_stride), arg);
   return checked_mul(checked_add(last_row, static_cast<size_t>(cols), arg), elem_bytes, arg);
 }
 
 namespace {
-bool overlap(const Span &a, const Span &b) {
+bool overlap(const Buffer &a, const Buffer &b) {
   if (a.ptr == nullptr || b.ptr == nullptr || a.bytes == 0 || b.bytes == 0) return false;
   const uintptr_t pa = reinterpret_cast<uintptr_t>(a.ptr), pb = reinterpret_cast<uintptr_t>(b.ptr);
   return pa < pb + b.bytes && pb < pa + a.bytes;
 }
+
+bool allowed_pair(const Buffer &a, const Buffer &b, std::initializer_list<InPlace> allowed) {
+  for (const InPlace &p : allowed)
+    if ((std::strcmp(p.out, a.name) == 0 && std::strcmp(p.other, b.name) == 0) ||
+        (std::strcmp(p.out, b.name) == 0 && std::strcmp(p.other, a.name) == 0))
+      return true;
+  return false;
+}
 }  // namespace
 
-void require_disjoint(const Span &out, std::initializer_list<Span> others,
-                      std::initializer_list<const char *> same_ok) {
-  for (const Span &o : others) {
-    if (!overlap(out, o)) continue;
-    bool same = false;
-    for (const char *n : same_ok)
-      same = same || (std::strcmp(n, o.name) == 0 && out.ptr == o.ptr && out.row_stride == o.row_stride);
-    FNORM_REQUIRE(same, FNORM_STATUS_BAD_PARAM,
-                  "arguments '%s' and '%s' overlap without being the same tensor", out.name, o.name);
+void require_no_overlap(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> allowed) {
+  for (const Buffer *a = buffers.begin(); a != buffers.end(); ++a) {
+    for (const Buffer *b = a + 1; b != buffers.end(); ++b) {
+      if (!(a->output || b->output) || !overlap(*a, *b)) continue;
+      const bool pair = allowed_pair(*a, *b, allowed);
+      const bool same = a->ptr == b->ptr && a->bytes == b->bytes && a->row_stride == b->row_stride;
+      FNORM_REQUIRE(pair && same, FNORM_STATUS_BAD_PARAM, "arguments '%s' and '%s' overlap%s", a->name, b->name,
+                    pair ? " without being the very same tensor (in place)" : "; this call allows no overlap between them");
+    }
   }
 }
 

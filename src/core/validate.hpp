@@ -1,7 +1,7 @@
 // The one validation layer every op uses: descriptors given and set, sizes
-// that agree, packed rows, outputs that overlap nothing, the workspace, the
-// pack a set of pointers allows. Each check throws Error with a message that
-// names the argument (core/error.hpp).
+// that agree, packed rows, the overlap rule, the workspace, the pack a set
+// of pointers allows. Each check throws Error with a message that names the
+// argument (core/error.hpp).
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,6 @@
 #include "core/arith.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "kernel_config.hpp"
 
 namespace fnorm {
 
@@ -23,19 +22,24 @@ const fnorm_tensor_desc &require_set(const fnorm_tensor_desc *d, const char *arg
 void require_same_sizes(const fnorm_tensor_desc &d, const char *arg, const fnorm_tensor_desc &ref,
                         const char *ref_arg, int64_t last = -1);
 
-// A tensor as a [rows, cols] matrix: dimensions [axis, rank) packed row-major
-// (the columns), dimensions [0, axis) collapsing into one row stride (size-1
-// dimensions may have any stride). Refused (NOT_SUPPORTED) otherwise.
-struct RowLayout {
+// A tensor seen as a [rows, cols] matrix, the one view every op takes of
+// its tensors: dimensions [axis, rank) packed row-major (the columns),
+// dimensions [0, axis) collapsing into one row stride (size-1 dimensions may
+// have any stride). packed_rows refuses (NOT_SUPPORTED) other layouts.
+struct MatrixView {
   int64_t rows = 1;
   int64_t cols = 1;
   int64_t row_stride = 1;  // elements; cols when there is one row
+  int64_t elements() const { return rows * cols; }
 };
-RowLayout packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg);
+MatrixView packed_rows(const fnorm_tensor_desc &d, int32_t axis, const char *arg);
 
 // Rows must not overlap each other: an output's are BAD_PARAM, an input's
 // NOT_SUPPORTED.
-void require_disjoint_rows(const RowLayout &l, const char *arg, bool output);
+void require_disjoint_rows(const MatrixView &l, const char *arg, bool output);
+
+// The number of elements a descriptor describes (0 when a size is 0).
+int64_t elements_of(const fnorm_tensor_desc &d);
 
 // Overflow-checked size arithmetic. Every size computed from user
 // dimensions (size queries, workspace layouts, tensor extents) goes through
@@ -46,25 +50,47 @@ size_t checked_add(size_t a, size_t b, const char *arg);
 size_t checked_align_up(size_t n, size_t to, const char *arg);
 
 // Bytes from the first element to one past the last of `rows` rows of
-// `cols` elements `row_stride` apart (checked, naming `arg`). A tensor whose
-// extent fits in size_t has every element offset below 2^63 elements, so the
-// kernels' int64 row * stride + col index math stays in range.
+// `cols` elements `row_stride` apart (checked, naming `arg`); 0 when there
+// are no elements. A tensor whose extent fits in size_t has every element
+// offset below 2^63 elements, so the kernels' int64 row * stride + col index
+// math stays in range.
 size_t span_bytes(int64_t rows, int64_t cols, int64_t row_stride, size_t elem_bytes, const char *arg);
+inline size_t span_bytes(const MatrixView &m, size_t elem_bytes, const char *arg) {
+  return span_bytes(m.rows, m.cols, m.row_stride, elem_bytes, arg);
+}
 
-// A region of memory, for the overlap check. Two regions are "the same
-// tensor" when they start at the same address with the same row stride.
-struct Span {
+// One buffer of a call: its extent (from the pointer to one past the last
+// byte the call may touch; 0 for an empty tensor or an absent one), whether
+// the call writes it, and its row stride (0: one contiguous run), which with
+// the pointer and the extent tells "the very same tensor" apart from an
+// overlapping one.
+struct Buffer {
   const char *name;
   const void *ptr;
   uint64_t bytes;
+  bool output = false;
   int64_t row_stride = 0;
 };
+inline Buffer input(const char *name, const void *ptr, uint64_t bytes, int64_t row_stride = 0) {
+  return {name, ptr, bytes, false, row_stride};
+}
+inline Buffer output(const char *name, const void *ptr, uint64_t bytes, int64_t row_stride = 0) {
+  return {name, ptr, bytes, true, row_stride};
+}
 
-// `out` overlaps none of `others` (NULL or empty regions never overlap),
-// except by being exactly the same tensor as one named in `same_ok`
-// (in-place). BAD_PARAM naming both arguments otherwise.
-void require_disjoint(const Span &out, std::initializer_list<Span> others,
-                      std::initializer_list<const char *> same_ok = {});
+// An output the call may compute in place over an input (or over another
+// output): `out` may be the very same tensor as `other`.
+struct InPlace {
+  const char *out;
+  const char *other;
+};
+
+// The overlap rule of api/fusednorm.h, for every launch: among all of a
+// call's buffers, no two of which one is written may overlap, except an
+// allowed in-place pair that is exactly the same tensor (same pointer, same
+// extent, same row stride). Inputs may overlap each other. NULL and empty
+// buffers overlap nothing. BAD_PARAM naming both arguments otherwise.
+void require_no_overlap(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> allowed = {});
 
 // The workspace protocol: at least `need` bytes (INSUFFICIENT_WORKSPACE,
 // naming the size query `query`), and when any is needed, not NULL and
@@ -75,11 +101,11 @@ void require_workspace(const void *workspace, size_t bytes, size_t need, const c
 // Every non-NULL pointer is aligned to `bytes`.
 bool all_aligned(std::initializer_list<const void *> ptrs, size_t bytes);
 
-// The widest pack (elements of `elem_bytes`, at most kMaxPackBytes) that
-// `ok(pack)` accepts, trying powers of two downwards; 1 always fits.
+// The widest pack (elements of `elem_bytes`, at most `max_bytes` bytes)
+// that `ok(pack)` accepts, trying powers of two downwards; 1 always fits.
 template <class Ok>
-int widest_pack(size_t elem_bytes, Ok ok) {
-  for (int p = static_cast<int>(kMaxPackBytes / elem_bytes); p > 1; p /= 2)
+int widest_pack(size_t elem_bytes, size_t max_bytes, Ok ok) {
+  for (int p = static_cast<int>(max_bytes / elem_bytes); p > 1; p /= 2)
     if (ok(p)) return p;
   return 1;
 }

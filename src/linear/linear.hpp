@@ -1,12 +1,12 @@
 // The fully-connected layer inside the library: the descriptor object, the
-// cuBLASLt GEMM description and algorithm cache, the validated problem, and
-// what each file of the op provides.
+// op contract's steps (core/op.hpp), the cuBLASLt GEMM description and
+// algorithm cache, and what each file of the op provides.
 //   linear_desc.cpp      fnorm_linear_desc_* and fnorm_linear_aux_size
-//   linear_validate.cpp  descriptors and pointers -> LinearProblem, aux and epilogue rules
+//   linear_validate.cpp  describe (descriptors -> LinearProblem), aux and epilogue rules
 //   linear_cublaslt.cpp  the handle's cuBLASLt state, the algorithm cache, GEMM launch
-//   linear_fwd.cpp       forward: fused epilogue or GEMM + our epilogue kernel
-//   linear_bwd_plan.cpp  backward: workspace layout and the dgrad / wgrad GEMM plans
-//   linear_bwd.cpp       backward: the entry points executing the plan
+//   linear_fwd.cpp       forward: plan (fused epilogue or GEMM + our pass; cached) and launch
+//   linear_bwd_plan.cpp  backward: workspace layout
+//   linear_bwd.cpp       backward: plan (dgrad / wgrad GEMMs; cached) and launch
 //   linear_kernels.cu    our own epilogue kernels
 //   linear_not_built.cpp the entry points of a build without cuBLASLt
 //
@@ -26,6 +26,7 @@
 
 #include "core/column_sums.hpp"
 #include "core/handle.hpp"
+#include "core/op.hpp"
 #include "core/validate.hpp"
 #include "linear/linear_kernels.hpp"
 
@@ -90,50 +91,45 @@ struct GemmPointers {
   void *aux = nullptr;   // aux (written by forward epilogues, read by backward ones)
 };
 
+// A call's buffers, by the role a plan gives them in a GEMM (plans keep
+// roles, not pointers: the next call brings its own).
+enum class Operand : uint8_t { None, X, W, Y, Bias, Aux, Dz, Dx, Dw, Db, XAux, XDb };
+struct LinearBuffers {
+  const void *x = nullptr, *w = nullptr, *dy = nullptr, *dz = nullptr, *aux = nullptr, *x_aux = nullptr;
+  void *y = nullptr, *bias = nullptr, *dx = nullptr, *dw = nullptr, *db = nullptr, *x_db = nullptr;
+  void *operator[](Operand o) const;
+};
+struct GemmRoles {
+  Operand a = Operand::None, b = Operand::None, d = Operand::None, bias = Operand::None, aux = Operand::None;
+  GemmPointers bind(const LinearBuffers &buf) const {
+    return {buf[a], buf[b], buf[d], buf[bias], buf[aux]};
+  }
+};
+
 // The handle's cuBLASLt state: created on first use, with the handle's
 // device current. The cache maps a GEMM's key to cuBLASLt's heuristic answer
-// (found or not); `mutex` guards it, so threads sharing a handle may launch
-// at once. The heuristic runs outside the lock (two threads may both ask it
-// for one new key; both get the same answer).
-struct LinearState {
+// (found or not); `mutex` guards it, so threads sharing a handle may plan at
+// once. The heuristic runs outside the lock (two threads may both ask it
+// for one new key; both get the same answer). Plans (which hold the
+// answers) are cached per thread (core/op.hpp), so a launch whose plan is
+// cached takes no lock.
+struct LinearState : OpState {
+  ~LinearState() override;
   cublasLtHandle_t lt = nullptr;
   std::mutex mutex;
   std::map<GemmKey, CachedAlgo> cache;
-  // Test hooks, read once from the environment when the state is created:
-  // FNORM_LINEAR_UNFUSED=1 takes the library's own epilogue kernels instead
-  // of cuBLASLt's fused epilogues (the paths used when cuBLASLt has no fused
-  // kernel for a case), so that tests reach them; FNORM_LINEAR_VERBOSE=1
-  // prints each new heuristic answer to stderr.
-  bool force_unfused = false;
-  bool verbose = false;
-  // A/B hooks (bench/ab_linear.py), read with the others:
-  // FNORM_LINEAR_FWD_AUX=lt|own: the forward's activation from cuBLASLt's
-  // epilogues always (lt: *_AUX_BIAS in training, RELU_BIAS / GELU_BIAS in
-  // inference) or from our passes beside the GEMM whenever the rule in
-  // linear_fwd.cpp may choose them (own); unset: that rule.
-  // FNORM_LINEAR_LEGACY_BWD=1: the partial-sums dz kernel even without
-  // partial sums (the first version).
-  // FNORM_LINEAR_NO_N1=1: n = 1 backward through the GEMMs, not our pass.
-  // FNORM_LINEAR_WS_MIB=N: the workspace budget the heuristic is told for
-  // every GEMM, forward and backward (at most 32; unset: GemmKey::budget).
-  enum class FwdAux { Rule, Lt, Own } fwd_aux = FwdAux::Rule;
-  bool legacy_bwd = false;
-  bool no_n1 = false;
-  uint64_t heuristic_budget = 0;  // 0: none forced
 };
 
-// A row-major matrix view of a tensor: the last dimension is the columns
-// (packed), the others collapse into rows with one stride `ld`.
-struct Matrix {
-  int64_t rows = 1, cols = 1, ld = 1;
-};
-
-// The problem after validation: x [m, k], W ([k, n] or [n, k]), y [m, n].
+// describe: the problem of a call: x [m, k], W ([k, n] or [n, k]), y [m, n]
+// as matrix views, and the descriptor's settings. The plan caches' key (no
+// padding: compared as bytes).
 struct LinearProblem {
-  const fnorm_linear_desc *desc = nullptr;
-  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
   int64_t m = 0, n = 0, k = 0;
-  Matrix x, w, y;  // y: the forward's y, or the backward's dy
+  MatrixView x, w, y;  // y: the forward's y, or the backward's dy
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+  fnorm_linear_epilogue_t epilogue = FNORM_LINEAR_EPILOGUE_NONE;
+  fnorm_linear_weight_layout_t layout = FNORM_LINEAR_WEIGHT_KN;
+  uint32_t flags = 0;
 };
 
 struct BwdLayout {
@@ -144,12 +140,15 @@ struct BwdLayout {
 
 // ---- cuBLASLt (linear_cublaslt.cpp) ------------------------------------------------
 LinearState &state_of(fnorm_handle *h);
+// The largest power of two dividing p, at most 256 (cuBLASLt's default
+// assumption); 256 for NULL.
+uint32_t alignment_of(const void *p);
 const char *epilogue_name(uint32_t e);
 [[noreturn]] void fail_cublas(cublasStatus_t st, const char *what);
 void check_cublas(cublasStatus_t st, const char *what);
 // cuBLASLt's heuristic answer for this GEMM, from the cache or asked now.
-CachedAlgo find_algo(LinearState &s, const GemmKey &k, const GemmPointers &p);
-void launch_gemm(LinearState &s, const GemmKey &k, const CachedAlgo &algo, const GemmPointers &p,
+CachedAlgo find_algo(LinearState &s, const Tuning &t, const GemmKey &k, const GemmPointers &p);
+void launch_gemm(const LinearState &s, const GemmKey &k, const CachedAlgo &algo, const GemmPointers &p,
                  void *workspace, cudaStream_t stream);
 // The problem's type, compute type (TF32 when allowed) and nothing else.
 GemmKey key_base(const LinearProblem &p);
@@ -157,33 +156,37 @@ void set_alignments(GemmKey &k, const GemmPointers &p);
 // The message for a GEMM cuBLASLt has no kernel for.
 [[noreturn]] void fail_no_algo(const GemmKey &k, const CachedAlgo &c, const char *what);
 
-// One GEMM of the plan: the fused form when cuBLASLt has a kernel for it,
+// One GEMM of a plan: the fused form when cuBLASLt has a kernel for it,
 // else the plain one.
 struct GemmPlan {
   bool fused = false;
   GemmKey key;
-  GemmPointers ptrs;
+  GemmRoles roles;
   CachedAlgo algo;
+  void launch(const LinearState &s, const LinearBuffers &buf, void *workspace, cudaStream_t stream) const {
+    launch_gemm(s, key, algo, roles.bind(buf), workspace, stream);
+  }
 };
 
-// The fused form `fused` (key and pointers set) when `try_fused` and
-// cuBLASLt has a kernel for it, else the plain GEMM of `key` and `ptrs`
-// (NOT_SUPPORTED naming `what` when cuBLASLt has neither).
-GemmPlan choose_gemm(LinearState &s, GemmPlan fused, bool try_fused, const GemmKey &key,
-                     const GemmPointers &ptrs, const char *what);
+// The fused form `fused` (key and roles set) when `try_fused` and cuBLASLt
+// has a kernel for it, else the plain GEMM of `key` and `roles` (NOT_SUPPORTED
+// naming `what` when cuBLASLt has neither). `buf`: the call's buffers (their
+// alignments go into the keys).
+GemmPlan choose_gemm(LinearState &s, const Tuning &t, GemmPlan fused, bool try_fused, const GemmKey &key,
+                     const GemmRoles &roles, const LinearBuffers &buf, const char *what);
 
 // ---- validation (linear_validate.cpp) -------------------------------------------
-Matrix matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output);
+MatrixView matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output);
 LinearAct act_of(fnorm_linear_epilogue_t e);
 bool has_bias(fnorm_linear_epilogue_t e);
 const char *linear_epilogue_name(fnorm_linear_epilogue_t e);
-// x_desc, w_desc and y_desc (the forward's y or the backward's dy).
-LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
-                            const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc,
-                            const char *y_arg, bool y_is_output);
+// describe: x_desc, w_desc and y_desc (the forward's y or the backward's dy).
+LinearProblem describe_linear(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc,
+                              const char *y_arg, bool y_is_output);
 // Bytes a matrix view spans from its first element (size_t-checked, naming
 // `arg`).
-size_t matrix_bytes(const Matrix &v, fnorm_dtype_t t, const char *arg);
+size_t matrix_bytes(const MatrixView &v, fnorm_dtype_t t, const char *arg);
 // Bytes of the aux buffer of `act` for a [rows, cols] output (checked).
 size_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols, const char *arg);
 bool epilogue_vector_ok(const void *p);
@@ -192,6 +195,35 @@ void require_aux(const void *aux, size_t bytes, uint64_t need, const char *arg, 
 // The caller's workspace rounded up to 256 bytes (kAlignSlack covers it).
 unsigned char *aligned_workspace(void *ws);
 LinearAct check_producer(const fnorm_linear_desc *prod);
+
+// The pointers of a forward call.
+struct LinearFwdArgs {
+  const void *x = nullptr, *w = nullptr, *bias = nullptr;
+  void *y = nullptr, *aux = nullptr;
+  size_t aux_bytes = 0;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// The pointers of one backward call.
+struct LinearBwdArgs {
+  LinearProblem p;
+  LinearAct act = LinearAct::None;       // desc's activation
+  LinearAct prod_act = LinearAct::None;  // x_producer's activation (chained when set)
+  MatrixView dxm;                        // dx's view (when dx is wanted)
+  const void *x = nullptr, *w = nullptr, *dy = nullptr, *aux = nullptr, *x_aux = nullptr;
+  void *dx = nullptr, *dw = nullptr, *db = nullptr, *x_db = nullptr;
+  size_t aux_bytes = 0, x_aux_bytes = 0;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
+  bool chained() const { return prod_act != LinearAct::None; }
+  bool wanted() const { return dx != nullptr || dw != nullptr || db != nullptr; }
+};
+
+// The pointer rules, aux sizes and the overlap rule over all the call's
+// buffers, and checked mode. Throw Error.
+void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a);
+void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c);
 
 // ---- backward plan (linear_bwd_plan.cpp) -------------------------------------------
 BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count);

@@ -1,8 +1,5 @@
 // The handle's cuBLASLt state, the algorithm cache and the GEMM launch.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "linear/linear.hpp"
@@ -11,17 +8,29 @@
 
 namespace fnorm {
 
-namespace {
-
-// The largest power of two dividing p, at most 256 (cuBLASLt's default
-// assumption); 256 for NULL.
 uint32_t alignment_of(const void *p) {
   const uintptr_t v = reinterpret_cast<uintptr_t>(p);
   if (v == 0) return 256;
   return static_cast<uint32_t>(std::min<uintptr_t>(v & (~v + 1), 256));
 }
 
-}  // namespace
+void *LinearBuffers::operator[](Operand o) const {
+  switch (o) {
+    case Operand::None: return nullptr;
+    case Operand::X: return const_cast<void *>(x);
+    case Operand::W: return const_cast<void *>(w);
+    case Operand::Y: return y;
+    case Operand::Bias: return bias;
+    case Operand::Aux: return const_cast<void *>(aux);
+    case Operand::Dz: return const_cast<void *>(dz);
+    case Operand::Dx: return dx;
+    case Operand::Dw: return dw;
+    case Operand::Db: return db;
+    case Operand::XAux: return const_cast<void *>(x_aux);
+    case Operand::XDb: return x_db;
+  }
+  return nullptr;
+}
 
 const char *epilogue_name(uint32_t e) {
   switch (e) {
@@ -49,43 +58,17 @@ void check_cublas(cublasStatus_t st, const char *what) {
   if (st != CUBLAS_STATUS_SUCCESS) fail_cublas(st, what);
 }
 
-void linear_state_destroy(LinearState *state) noexcept {
-  if (state == nullptr) return;
-  if (state->lt != nullptr) (void)cublasLtDestroy(state->lt);
-  delete state;
+LinearState::~LinearState() {
+  if (lt != nullptr) (void)cublasLtDestroy(lt);
 }
-
-namespace {
-
-bool env_flag(const char *name) {
-  const char *v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
-
-}  // namespace
 
 LinearState &state_of(fnorm_handle *h) {
-  std::lock_guard<std::mutex> lock(h->lazy_mutex);
-  if (h->linear == nullptr) {
+  return op_state<LinearState>(h, [h] {
     DeviceGuard guard(h->device);
     auto s = std::make_unique<LinearState>();
     check_cublas(cublasLtCreate(&s->lt), "cublasLtCreate");
-    s->force_unfused = env_flag("FNORM_LINEAR_UNFUSED");
-    s->verbose = env_flag("FNORM_LINEAR_VERBOSE");
-    if (const char *v = std::getenv("FNORM_LINEAR_FWD_AUX")) {
-      if (std::strcmp(v, "lt") == 0) s->fwd_aux = LinearState::FwdAux::Lt;
-      if (std::strcmp(v, "own") == 0) s->fwd_aux = LinearState::FwdAux::Own;
-    }
-    s->legacy_bwd = env_flag("FNORM_LINEAR_LEGACY_BWD");
-    s->no_n1 = env_flag("FNORM_LINEAR_NO_N1");
-    if (const char *v = std::getenv("FNORM_LINEAR_WS_MIB")) {
-      const long mib = std::strtol(v, nullptr, 10);
-      if (mib > 0 && static_cast<uint64_t>(mib) <= (kCublasWorkspace >> 20))
-        s->heuristic_budget = static_cast<uint64_t>(mib) << 20;
-    }
-    h->linear = s.release();
-  }
-  return *h->linear;
+    return s.release();
+  });
 }
 
 namespace {
@@ -124,7 +107,7 @@ void build_descs(const GemmKey &k, const GemmPointers &p, GemmDescs &g) {
 
 }  // namespace
 
-CachedAlgo find_algo(LinearState &s, const GemmKey &k, const GemmPointers &p) {
+CachedAlgo find_algo(LinearState &s, const Tuning &t, const GemmKey &k, const GemmPointers &p) {
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     auto it = s.cache.find(k);
@@ -137,7 +120,7 @@ CachedAlgo find_algo(LinearState &s, const GemmKey &k, const GemmPointers &p) {
   auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void *v, size_t n) {
     check_cublas(cublasLtMatmulPreferenceSetAttribute(&pref, attr, v, n), "cublasLtMatmulPreferenceSetAttribute");
   };
-  const uint64_t budget = s.heuristic_budget != 0 ? s.heuristic_budget : k.budget;
+  const uint64_t budget = t.linear_heuristic_budget != 0 ? t.linear_heuristic_budget : k.budget;
   set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &budget, sizeof budget);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k.align_a, sizeof k.align_a);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k.align_b, sizeof k.align_b);
@@ -159,28 +142,12 @@ CachedAlgo find_algo(LinearState &s, const GemmKey &k, const GemmPointers &p) {
   } else if (c.status != CUBLAS_STATUS_NOT_SUPPORTED && c.status != CUBLAS_STATUS_INVALID_VALUE) {
     fail_cublas(c.status, "cublasLtMatmulAlgoGetHeuristic");
   }
-  if (s.verbose) {
-    int32_t splitk = 0;
-    size_t written = 0;
-    if (c.found)
-      (void)cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                                 &written);
-    std::fprintf(stderr,
-                 "fnorm linear: D %llux%llu inner %llu type %d compute %d op %c%c ld %lld/%lld/%lld %s aux_ld %lld "
-                 "align a%u b%u d%u bias%u aux%u -> %s (workspace %zu, split-k %d)\n",
-                 static_cast<unsigned long long>(k.rows), static_cast<unsigned long long>(k.cols),
-                 static_cast<unsigned long long>(k.inner), k.dtype, k.compute, k.transa ? 'T' : 'N',
-                 k.transb ? 'T' : 'N', static_cast<long long>(k.lda), static_cast<long long>(k.ldb),
-                 static_cast<long long>(k.ldd), epilogue_name(k.epilogue), static_cast<long long>(k.aux_ld),
-                 k.align_a, k.align_b, k.align_d, k.align_bias, k.align_aux,
-                 c.found ? "found" : cublasLtGetStatusName(c.status), c.workspace, static_cast<int>(splitk));
-  }
   std::lock_guard<std::mutex> lock(s.mutex);
   s.cache.emplace(k, c);
   return c;
 }
 
-void launch_gemm(LinearState &s, const GemmKey &k, const CachedAlgo &algo, const GemmPointers &p,
+void launch_gemm(const LinearState &s, const GemmKey &k, const CachedAlgo &algo, const GemmPointers &p,
                  void *workspace, cudaStream_t stream) {
   GemmDescs g;
   build_descs(k, p, g);
@@ -207,7 +174,7 @@ cudaDataType_t cuda_type(fnorm_dtype_t t) {
 GemmKey key_base(const LinearProblem &p) {
   GemmKey k;
   k.dtype = cuda_type(p.dtype);
-  const bool tf32 = p.dtype == FNORM_DTYPE_FLOAT32 && (p.desc->flags & FNORM_LINEAR_FLAG_ALLOW_TF32) != 0;
+  const bool tf32 = p.dtype == FNORM_DTYPE_FLOAT32 && (p.flags & FNORM_LINEAR_FLAG_ALLOW_TF32) != 0;
   k.compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   return k;
 }
@@ -231,20 +198,22 @@ void fail_no_algo(const GemmKey &k, const CachedAlgo &c, const char *what) {
        cublasLtGetStatusName(c.status));
 }
 
-GemmPlan choose_gemm(LinearState &s, GemmPlan fused, bool try_fused, const GemmKey &key,
-                     const GemmPointers &ptrs, const char *what) {
+GemmPlan choose_gemm(LinearState &s, const Tuning &t, GemmPlan fused, bool try_fused, const GemmKey &key,
+                     const GemmRoles &roles, const LinearBuffers &buf, const char *what) {
   if (try_fused) {
-    set_alignments(fused.key, fused.ptrs);
-    fused.algo = find_algo(s, fused.key, fused.ptrs);
+    const GemmPointers p = fused.roles.bind(buf);
+    set_alignments(fused.key, p);
+    fused.algo = find_algo(s, t, fused.key, p);
     fused.fused = fused.algo.found;
     if (fused.fused) return fused;
   }
   GemmPlan plain;
   plain.key = key;
   plain.key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  plain.ptrs = ptrs;
-  set_alignments(plain.key, plain.ptrs);
-  plain.algo = find_algo(s, plain.key, plain.ptrs);
+  plain.roles = roles;
+  const GemmPointers p = roles.bind(buf);
+  set_alignments(plain.key, p);
+  plain.algo = find_algo(s, t, plain.key, p);
   if (!plain.algo.found) fail_no_algo(plain.key, plain.algo, what);
   return plain;
 }

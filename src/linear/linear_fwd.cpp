@@ -2,45 +2,12 @@
 // epilogue, or its GEMM without the activation (or without aux) and our
 // pass beside it where that is faster (own_pass), or the plain GEMM and our
 // epilogue kernel where cuBLASLt has no fused kernel.
-#include "core/pointer_check.hpp"
 #include "linear/linear.hpp"
 
 #if FNORM_HAVE_CUBLASLT
 
 namespace fnorm {
 namespace {
-
-// Pointer rules, the aux buffer and overlaps of a forward call.
-void check_fwd_call(const fnorm_handle *h, const LinearProblem &p, const void *x, const void *w, const void *bias, const void *y,
-                    const void *aux, size_t aux_bytes) {
-  FNORM_REQUIRE_NOT_NULL(x);
-  FNORM_REQUIRE_NOT_NULL(w);
-  FNORM_REQUIRE_NOT_NULL(y);
-  const fnorm_linear_epilogue_t epi = p.desc->epilogue;
-  const LinearAct act = act_of(epi);
-  if (has_bias(epi)) {
-    FNORM_REQUIRE(bias != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
-                  "argument 'bias' is NULL; epilogue %s adds a bias", linear_epilogue_name(epi));
-  } else {
-    FNORM_REQUIRE(bias == nullptr, FNORM_STATUS_BAD_PARAM,
-                  "argument 'bias' must be NULL: epilogue NONE adds no bias");
-  }
-  const size_t aux_need = aux_bytes_for(act, p.dtype, p.m, p.n, "y_desc");
-  if (act == LinearAct::None) {
-    FNORM_REQUIRE(aux == nullptr, FNORM_STATUS_BAD_PARAM,
-                  "argument 'aux' must be NULL: epilogue %s has no activation to save",
-                  linear_epilogue_name(epi));
-  } else if (aux != nullptr) {
-    require_aux(aux, aux_bytes, aux_need, "aux", "aux_bytes");
-  }
-  const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
-  const Span sx{"x", x, matrix_bytes(p.x, p.dtype, "x_desc")}, sw{"w", w, matrix_bytes(p.w, p.dtype, "w_desc")},
-      sb{"bias", bias, bias_bytes}, saux{"aux", aux, aux_need};
-  const Span sy{"y", y, matrix_bytes(p.y, p.dtype, "y_desc")};
-  require_disjoint(sy, {sx, sw, sb, saux});
-  require_disjoint(saux, {sx, sw, sb});
-  require_device_memory(h, {sx, sw, sb, saux, sy});
-}
 
 // What runs after the GEMM.
 enum class FwdPost {
@@ -75,12 +42,12 @@ struct FwdPlan {
 //    for fp32 from n = 128.
 //  - GELU inference: GELU_BIAS beats BIAS and a pass (fp16 26.9 against
 //    32.9, fp32 280 against 285 at 1024 x 784): cuBLASLt's.
-bool own_pass(const LinearState &s, const LinearProblem &p, LinearAct act, bool training) {
+bool own_pass(const Tuning &t, const LinearProblem &p, LinearAct act, bool training) {
   if (act == LinearAct::None || (act == LinearAct::Relu && !training)) return false;
-  switch (s.fwd_aux) {
-    case LinearState::FwdAux::Lt: return false;
-    case LinearState::FwdAux::Own: return true;
-    case LinearState::FwdAux::Rule: break;
+  switch (t.linear_fwd_aux) {
+    case Tuning::LinearFwdAux::Lt: return false;
+    case Tuning::LinearFwdAux::Own: return true;
+    case Tuning::LinearFwdAux::Rule: break;
   }
   if (!training) return false;
   const bool fp32 = p.dtype == FNORM_DTYPE_FLOAT32;
@@ -90,47 +57,48 @@ bool own_pass(const LinearState &s, const LinearProblem &p, LinearAct act, bool 
 
 // y^T (n x m) = op(W) (n x k) * x^T (k x m), with cuBLASLt's epilogue for
 // the desc's when it has a kernel for it (or with our pass beside it).
-FwdPlan plan_fwd(LinearState &s, const LinearProblem &p, const void *x, const void *w, const void *bias, void *y,
-                 void *aux) {
-  const fnorm_linear_epilogue_t epi = p.desc->epilogue;
+FwdPlan plan_fwd(LinearState &s, const Tuning &t, const LinearProblem &p, const LinearBuffers &buf) {
+  const fnorm_linear_epilogue_t epi = p.epilogue;
   const LinearAct act = act_of(epi);
   GemmKey k = key_base(p);
-  k.transa = p.desc->layout == FNORM_LINEAR_WEIGHT_KN ? CUBLAS_OP_N : CUBLAS_OP_T;
+  k.transa = p.layout == FNORM_LINEAR_WEIGHT_KN ? CUBLAS_OP_N : CUBLAS_OP_T;
   k.transb = CUBLAS_OP_N;
   k.rows = static_cast<uint64_t>(p.n);
   k.cols = static_cast<uint64_t>(p.m);
   k.inner = static_cast<uint64_t>(p.k);
-  k.lda = p.w.ld;
-  k.ldb = p.x.ld;
-  k.ldd = p.y.ld;
+  k.lda = p.w.row_stride;
+  k.ldb = p.x.row_stride;
+  k.ldd = p.y.row_stride;
   k.budget = kFwdHeuristicBudget;
-  GemmPointers ptrs;
-  ptrs.a = w;
-  ptrs.b = x;
-  ptrs.d = y;
-  const bool try_fused = epi == FNORM_LINEAR_EPILOGUE_NONE || (!s.force_unfused && epilogue_vector_ok(bias));
+  GemmRoles roles;
+  roles.a = Operand::W;
+  roles.b = Operand::X;
+  roles.d = Operand::Y;
+  const bool aux = buf.aux != nullptr;
+  const bool try_fused = epi == FNORM_LINEAR_EPILOGUE_NONE || (!t.linear_unfused && epilogue_vector_ok(buf.bias));
   FwdPlan plan;
-  if (try_fused && own_pass(s, p, act, aux != nullptr)) {
+  if (try_fused && own_pass(t, p, act, aux)) {
     // ReLU (training): the inference GEMM, then the mask from y. GELU: z
     // (with the bias) into aux (training) or y (inference), then gelu.
     GemmPlan own;
     own.key = k;
-    own.ptrs = ptrs;
-    own.ptrs.bias = const_cast<void *>(bias);
+    own.roles = roles;
+    own.roles.bias = Operand::Bias;
     if (act == LinearAct::Relu) {
       own.key.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
       plan.post = FwdPost::ReluMask;
     } else {
       own.key.epilogue = CUBLASLT_EPILOGUE_BIAS;
       plan.post = FwdPost::GeluInPlace;
-      if (aux != nullptr) {
+      if (aux) {
         own.key.ldd = linear_aux_ld(act, p.n);
-        own.ptrs.d = aux;
+        own.roles.d = Operand::Aux;
         plan.post = FwdPost::GeluFromAux;
       }
     }
-    set_alignments(own.key, own.ptrs);
-    own.algo = find_algo(s, own.key, own.ptrs);
+    const GemmPointers ptrs = own.roles.bind(buf);
+    set_alignments(own.key, ptrs);
+    own.algo = find_algo(s, t, own.key, ptrs);
     if (own.algo.found) {
       own.fused = true;
       plan.gemm = own;
@@ -139,7 +107,7 @@ FwdPlan plan_fwd(LinearState &s, const LinearProblem &p, const void *x, const vo
   }
   GemmPlan fused;
   fused.key = k;
-  fused.ptrs = ptrs;
+  fused.roles = roles;
   switch (epi) {
     case FNORM_LINEAR_EPILOGUE_NONE: fused.key.epilogue = CUBLASLT_EPILOGUE_DEFAULT; break;
     case FNORM_LINEAR_EPILOGUE_BIAS: fused.key.epilogue = CUBLASLT_EPILOGUE_BIAS; break;
@@ -150,14 +118,74 @@ FwdPlan plan_fwd(LinearState &s, const LinearProblem &p, const void *x, const vo
       fused.key.epilogue = aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
       break;
   }
-  fused.ptrs.bias = const_cast<void *>(bias);
-  fused.ptrs.aux = aux;
-  if (aux != nullptr) fused.key.aux_ld = linear_aux_ld(act, p.n);
-  plan.gemm = choose_gemm(s, fused, try_fused, k, ptrs, "forward");
+  if (buf.bias != nullptr) fused.roles.bias = Operand::Bias;
+  if (aux) {
+    fused.roles.aux = Operand::Aux;
+    fused.key.aux_ld = linear_aux_ld(act, p.n);
+  }
+  plan.gemm = choose_gemm(s, t, fused, try_fused, k, roles, buf, "forward");
   // No fused kernel for this epilogue here (or the test hook asked for
   // none): our epilogue kernel over y in place after the plain GEMM.
   plan.post = plan.gemm.fused ? FwdPost::None : FwdPost::Epilogue;
   return plan;
+}
+
+// Plans are cached per (handle, problem, the pointers' alignments and which
+// optional ones are given).
+struct FwdKey {
+  LinearProblem problem;
+  uint32_t align_x = 0, align_w = 0, align_y = 0, align_bias = 0, align_aux = 0;
+  uint32_t has_aux = 0;
+};
+
+const FwdPlan &linear_fwd_plan(fnorm_handle *h, const LinearProblem &p, const LinearBuffers &buf) {
+  FwdKey key;
+  key.problem = p;
+  key.align_x = alignment_of(buf.x);
+  key.align_w = alignment_of(buf.w);
+  key.align_y = alignment_of(buf.y);
+  key.align_bias = alignment_of(buf.bias);
+  key.align_aux = alignment_of(buf.aux);
+  key.has_aux = buf.aux != nullptr;
+  return PlanCache<FwdKey, FwdPlan>::get(h->id, key, [&] { return plan_fwd(state_of(h), h->tuning, p, buf); });
+}
+
+void launch_fwd(const LinearState &s, const FwdPlan &plan, const LinearProblem &p, const LinearBuffers &buf,
+                void *workspace, cudaStream_t st) {
+  plan.gemm.launch(s, buf, aligned_workspace(workspace), st);
+  void *y = buf.y, *aux = const_cast<void *>(buf.aux);
+  switch (plan.post) {
+    case FwdPost::None: break;
+    case FwdPost::Epilogue:
+      check_cuda(launch_linear_fwd_epilogue(p.dtype, act_of(p.epilogue), y, p.m, p.n, p.y.row_stride, buf.bias, aux, st),
+                 "linear forward epilogue kernel");
+      break;
+    case FwdPost::ReluMask:
+      check_cuda(launch_linear_relu_mask(p.dtype, y, p.y.row_stride, p.m, p.n, aux, st), "linear ReLU mask kernel");
+      break;
+    case FwdPost::GeluFromAux:
+      check_cuda(launch_linear_gelu_pass(p.dtype, aux, linear_aux_ld(LinearAct::Gelu, p.n), y, p.y.row_stride, p.m,
+                                         p.n, st),
+                 "linear GELU kernel");
+      break;
+    case FwdPost::GeluInPlace:
+      check_cuda(launch_linear_gelu_pass(p.dtype, y, p.y.row_stride, y, p.y.row_stride, p.m, p.n, st),
+                 "linear GELU kernel");
+      break;
+  }
+}
+
+// k = 0: y = act(0 + bias), and aux what the backward needs, without a GEMM.
+void launch_fwd_no_inner(const LinearProblem &p, const LinearBuffers &buf, cudaStream_t st) {
+  const size_t es = dtype_size(p.dtype);
+  check_cuda(cudaMemset2DAsync(buf.y, static_cast<size_t>(p.y.row_stride) * es, 0, static_cast<size_t>(p.n) * es,
+                               static_cast<size_t>(p.m), st),
+             "cudaMemset2DAsync (y)");
+  const LinearAct act = act_of(p.epilogue);
+  if (act != LinearAct::None || buf.bias != nullptr)
+    check_cuda(launch_linear_fwd_epilogue(p.dtype, act, buf.y, p.m, p.n, p.y.row_stride, buf.bias,
+                                          const_cast<void *>(buf.aux), st),
+               "linear forward epilogue kernel");
 }
 
 }  // namespace
@@ -172,8 +200,8 @@ FNORM_API fnorm_status_t fnorm_linear_fwd_workspace_size(fnorm_handle_t handle, 
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
     FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    (void)check_problem(desc, x_desc, w_desc, y_desc, "y_desc", true);
-    *workspace_bytes = kAlignSlack + kCublasWorkspace;
+    const LinearProblem p = describe_linear(desc, x_desc, w_desc, y_desc, "y_desc", true);
+    *workspace_bytes = p.m == 0 || p.n == 0 || p.k == 0 ? 0 : kAlignSlack + kCublasWorkspace;
   });
 }
 
@@ -184,33 +212,26 @@ FNORM_API fnorm_status_t fnorm_linear_fwd(fnorm_handle_t handle, fnorm_stream_t 
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
-    const LinearProblem p = check_problem(desc, x_desc, w_desc, y_desc, "y_desc", true);
-    check_fwd_call(handle, p, x, w, bias, y, aux, aux_bytes);
-    require_workspace(workspace, workspace_bytes, kAlignSlack + kCublasWorkspace, "fnorm_linear_fwd_workspace_size", 1);
-    require_device_memory(handle, {{"workspace", workspace, workspace_bytes}});
-
-    DeviceGuard guard(handle->device);
-    LinearState &s = state_of(handle);
+    const LinearProblem p = describe_linear(desc, x_desc, w_desc, y_desc, "y_desc", true);
+    const LinearFwdArgs a{x, w, bias, y, aux, aux_bytes, workspace, workspace_bytes};
+    check_linear_fwd_args(handle, p, a);
+    if (p.m * p.n == 0) return;  // y has no elements
+    LinearBuffers buf;
+    buf.x = x;
+    buf.w = w;
+    buf.bias = const_cast<void *>(bias);
+    buf.y = y;
+    buf.aux = aux;
     const cudaStream_t st = cuda_stream(stream);
-    const FwdPlan plan = plan_fwd(s, p, x, w, bias, y, aux);
-    launch_gemm(s, plan.gemm.key, plan.gemm.algo, plan.gemm.ptrs, aligned_workspace(workspace), st);
-    switch (plan.post) {
-      case FwdPost::None: break;
-      case FwdPost::Epilogue:
-        check_cuda(launch_linear_fwd_epilogue(p.dtype, act_of(desc->epilogue), y, p.m, p.n, p.y.ld, bias, aux, st),
-                   "linear forward epilogue kernel");
-        break;
-      case FwdPost::ReluMask:
-        check_cuda(launch_linear_relu_mask(p.dtype, y, p.y.ld, p.m, p.n, aux, st), "linear ReLU mask kernel");
-        break;
-      case FwdPost::GeluFromAux:
-        check_cuda(launch_linear_gelu_pass(p.dtype, aux, linear_aux_ld(LinearAct::Gelu, p.n), y, p.y.ld, p.m, p.n, st),
-                   "linear GELU kernel");
-        break;
-      case FwdPost::GeluInPlace:
-        check_cuda(launch_linear_gelu_pass(p.dtype, y, p.y.ld, y, p.y.ld, p.m, p.n, st), "linear GELU kernel");
-        break;
+    if (p.k == 0) {
+      DeviceGuard guard(handle->device);
+      launch_fwd_no_inner(p, buf, st);
+      return;
     }
+    require_workspace(workspace, workspace_bytes, kAlignSlack + kCublasWorkspace, "fnorm_linear_fwd_workspace_size", 1);
+    DeviceGuard guard(handle->device);
+    const FwdPlan &plan = linear_fwd_plan(handle, p, buf);
+    launch_fwd(state_of(handle), plan, p, buf, workspace, st);
   });
 }
 

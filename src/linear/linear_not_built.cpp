@@ -4,11 +4,6 @@
 
 #if !FNORM_HAVE_CUBLASLT
 
-namespace fnorm {
-struct LinearState {};
-void linear_state_destroy(LinearState *state) noexcept { delete state; }
-}  // namespace fnorm
-
 namespace {
 fnorm_status_t not_built(const char *func) {
   fnorm::set_last_error(std::string(func) +

@@ -1,17 +1,18 @@
-// Fully-connected layer validation: descriptors -> LinearProblem, the aux
+// Fully-connected layer: describe (descriptors -> LinearProblem), the aux
 // buffers, the epilogues' vectors. Built on core/validate.hpp.
 #include <algorithm>
 
+#include "core/pointer_check.hpp"
 #include "linear/linear.hpp"
 
 #if FNORM_HAVE_CUBLASLT
 
 namespace fnorm {
 
-Matrix matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output) {
-  const RowLayout l = packed_rows(d, d.rank - 1, arg);
+MatrixView matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output) {
+  const MatrixView l = packed_rows(d, d.rank - 1, arg);
   require_disjoint_rows(l, arg, output);
-  return {l.rows, l.cols, l.row_stride};
+  return l;
 }
 
 LinearAct act_of(fnorm_linear_epilogue_t e) {
@@ -32,16 +33,17 @@ const char *linear_epilogue_name(fnorm_linear_epilogue_t e) {
   return "unknown";
 }
 
-// x_desc, w_desc and y_desc (the forward's y or the backward's dy).
-LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
-                      const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, const char *y_arg,
-                      bool y_is_output) {
+LinearProblem describe_linear(const fnorm_linear_desc *desc, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, const char *y_arg,
+                              bool y_is_output) {
   FNORM_REQUIRE_NOT_NULL(desc);
   const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
   const fnorm_tensor_desc &w = require_set(w_desc, "w_desc");
   const fnorm_tensor_desc &y = require_set(y_desc, y_arg);
   LinearProblem p;
-  p.desc = desc;
+  p.epilogue = desc->epilogue;
+  p.layout = desc->layout;
+  p.flags = desc->flags;
   p.dtype = x.dtype;
   p.x = matrix_of(x, "x_desc", false);
   p.m = p.x.rows;
@@ -61,8 +63,8 @@ LinearProblem check_problem(const fnorm_linear_desc *desc, const fnorm_tensor_de
   return p;
 }
 
-size_t matrix_bytes(const Matrix &v, fnorm_dtype_t t, const char *arg) {
-  return span_bytes(v.rows, v.cols, v.ld, dtype_size(t), arg);
+size_t matrix_bytes(const MatrixView &v, fnorm_dtype_t t, const char *arg) {
+  return span_bytes(v, dtype_size(t), arg);
 }
 
 size_t aux_bytes_for(LinearAct act, fnorm_dtype_t t, int64_t rows, int64_t cols, const char *arg) {
@@ -111,6 +113,101 @@ LinearAct check_producer(const fnorm_linear_desc *prod) {
                 "argument 'x_producer': its epilogue %s has no activation; pass NULL instead",
                 linear_epilogue_name(prod->epilogue));
   return a;
+}
+
+// Pointer rules, the aux buffer and the overlap rule of a forward call.
+void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a) {
+  if (p.m * p.n != 0) {  // an empty output may come without memory (NULL), and so may x and w then
+    require_not_null(a.y, "y");
+    if (p.k != 0) {
+      FNORM_REQUIRE(a.x != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'x' is NULL");
+      FNORM_REQUIRE(a.w != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'w' is NULL");
+    }
+  }
+  const fnorm_linear_epilogue_t epi = p.epilogue;
+  const LinearAct act = act_of(epi);
+  if (has_bias(epi)) {
+    FNORM_REQUIRE(a.bias != nullptr || p.n == 0, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                  "argument 'bias' is NULL; epilogue %s adds a bias", linear_epilogue_name(epi));
+  } else {
+    FNORM_REQUIRE(a.bias == nullptr, FNORM_STATUS_BAD_PARAM,
+                  "argument 'bias' must be NULL: epilogue NONE adds no bias");
+  }
+  const size_t aux_need = aux_bytes_for(act, p.dtype, p.m, p.n, "y_desc");
+  if (act == LinearAct::None) {
+    FNORM_REQUIRE(a.aux == nullptr, FNORM_STATUS_BAD_PARAM,
+                  "argument 'aux' must be NULL: epilogue %s has no activation to save",
+                  linear_epilogue_name(epi));
+  } else if (a.aux != nullptr) {
+    require_aux(a.aux, a.aux_bytes, aux_need, "aux", "aux_bytes");
+  }
+  const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
+  const std::initializer_list<Buffer> buffers = {
+      input("x", a.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
+      input("w", a.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
+      input("bias", a.bias, bias_bytes),
+      output("y", a.y, matrix_bytes(p.y, p.dtype, "y_desc"), p.y.row_stride),
+      output("aux", a.aux, aux_need),
+      output("workspace", a.workspace, a.workspace_bytes)};
+  require_no_overlap(buffers);
+  require_device_memory(h, buffers);
+}
+
+// Pointer rules, aux sizes and the overlap rule of a backward call.
+void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c) {
+  const LinearProblem &p = c.p;
+  const fnorm_linear_epilogue_t epi = p.epilogue;
+  // Tensors with no elements may come without memory (NULL).
+  const bool dz_empty = p.m == 0 || p.n == 0;
+  if (c.wanted() && !dz_empty)
+    FNORM_REQUIRE(c.dy != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'dy' is NULL");
+  if (c.dw != nullptr && p.m * p.k != 0)
+    FNORM_REQUIRE(c.x != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'x' is NULL");
+  if (c.dx != nullptr && p.n * p.k != 0)
+    FNORM_REQUIRE(c.w != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'w' is NULL");
+  FNORM_REQUIRE(c.db == nullptr || has_bias(epi), FNORM_STATUS_BAD_PARAM,
+                "argument 'db' must be NULL: epilogue NONE has no bias");
+  const size_t aux_need = aux_bytes_for(c.act, p.dtype, p.m, p.n, "dy_desc");
+  if (c.act != LinearAct::None) {
+    if (c.wanted() && !dz_empty) {
+      FNORM_REQUIRE(c.aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                    "argument 'aux' is NULL; the backward of %s needs the forward's aux",
+                    linear_epilogue_name(epi));
+      require_aux(c.aux, c.aux_bytes, aux_need, "aux", "aux_bytes");
+    }
+  } else {
+    FNORM_REQUIRE(c.aux == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'aux' must be NULL: epilogue %s has no activation",
+                  linear_epilogue_name(epi));
+  }
+  const size_t x_aux_need = aux_bytes_for(c.prod_act, p.dtype, p.m, p.k, "x_desc");
+  if (c.chained()) {
+    FNORM_REQUIRE(c.dx != nullptr || p.m * p.k == 0, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                  "argument 'dx' is NULL; with x_producer the call exists to compute dx");
+    if (p.m * p.k != 0) {
+      FNORM_REQUIRE(c.x_aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+                    "argument 'x_aux' is NULL; x_producer's activation needs its aux");
+      require_aux(c.x_aux, c.x_aux_bytes, x_aux_need, "x_aux", "x_aux_bytes");
+    }
+  } else {
+    FNORM_REQUIRE(c.x_aux == nullptr && c.x_aux_bytes == 0 && c.x_db == nullptr, FNORM_STATUS_BAD_PARAM,
+                  "arguments 'x_aux', 'x_aux_bytes' and 'x_db' must be NULL / 0 without x_producer");
+  }
+  const size_t es = dtype_size(p.dtype);
+  const size_t n_bytes = checked_mul(static_cast<size_t>(p.n), es, "w_desc"),
+               k_bytes = checked_mul(static_cast<size_t>(p.k), es, "x_desc");
+  const std::initializer_list<Buffer> buffers = {
+      input("x", c.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
+      input("w", c.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
+      input("dy", c.dy, matrix_bytes(p.y, p.dtype, "dy_desc"), p.y.row_stride),
+      input("aux", c.aux, aux_need),
+      input("x_aux", c.x_aux, x_aux_need),
+      output("dx", c.dx, c.dx != nullptr ? matrix_bytes(c.dxm, p.dtype, "dx_desc") : 0, c.dxm.row_stride),
+      output("dw", c.dw, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
+      output("db", c.db, n_bytes),
+      output("x_db", c.x_db, k_bytes),
+      output("workspace", c.workspace, c.workspace_bytes)};
+  require_no_overlap(buffers);
+  require_device_memory(h, buffers);
 }
 
 }  // namespace fnorm

@@ -1,10 +1,10 @@
-// LayerNorm / RMSNorm inside the library: the descriptor object, the row
-// view of a validated call, and the plan a launch executes.
+// LayerNorm / RMSNorm inside the library: the descriptor object and the op
+// contract's three steps (core/op.hpp) for the forward and the backward.
 //   norm_desc.cpp      fnorm_norm_desc_* (the descriptor API)
-//   norm_validate.cpp  descriptors and pointers of a call -> RowView, pack
-//   norm_plan.cpp      RowView + pack + device -> NormFwdPlan / NormBwdPlan
-//   norm_api.cpp       the C entry points: validate, plan, launch
-//   norm_fwd.cuh, norm_bwd.cuh  the kernels (instantiated by the generator)
+//   norm_validate.cpp  describe (descriptors -> NormProblem) and the checks of a call's pointers
+//   norm_plan.cpp      plan (NormProblem + pack + device -> NormFwdPlan / NormBwdPlan)
+//   norm_api.cpp       the C entry points: describe, check, plan (cached), launch
+//   norm_fwd.cuh, norm_bwd.cuh  the kernels and their launchers (instantiated by the generator)
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,7 @@
 #include <initializer_list>
 
 #include "core/handle.hpp"
+#include "core/op.hpp"
 #include "core/validate.hpp"
 #include "norm/norm_params.hpp"
 
@@ -24,32 +25,91 @@ struct fnorm_norm_desc {
 
 namespace fnorm {
 
-// The [rows, cols] view of a normalization problem, after validation.
-struct RowView {
+// The optional tensors a call gives (NormProblem::present), one bit each.
+using NormTensor = uint32_t;
+constexpr NormTensor kNormResidual = 1u << 0;
+constexpr NormTensor kNormSum = 1u << 1;
+constexpr NormTensor kNormGamma = 1u << 2;
+constexpr NormTensor kNormBeta = 1u << 3;
+constexpr NormTensor kNormMean = 1u << 4;
+constexpr NormTensor kNormRstd = 1u << 5;
+constexpr NormTensor kNormDsum = 1u << 6;
+constexpr NormTensor kNormDgamma = 1u << 7;
+constexpr NormTensor kNormDbeta = 1u << 8;
+
+// describe: a LayerNorm / RMSNorm call without its pointers, as the [rows,
+// cols] view of its tensors (core/validate.hpp's MatrixView, one row stride
+// per tensor). The plan caches' key (no padding: compared as bytes).
+struct NormProblem {
   int64_t rows = 0;
   int64_t cols = 0;
-  int32_t axis = 0;           // first normalized dimension of x
   int64_t x_row_stride = 0;   // x (and residual / sum in the forward)
   int64_t y_row_stride = 0;   // forward: y; backward: dy (and dsum)
   int64_t dx_row_stride = 0;  // backward only
-  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;
+  int32_t axis = 0;           // first normalized dimension of x
+  fnorm_dtype_t dtype = FNORM_DTYPE_FLOAT32;      // x's
+  fnorm_dtype_t out_dtype = FNORM_DTYPE_FLOAT32;  // y's (forward) or dx's (backward); x's today
+  int32_t param_dtype = -1;   // w_desc's dtype; -1: no weight descriptor
+  int32_t mode = FNORM_NORM_LAYERNORM;
+  uint32_t flags = 0;         // fnorm_norm_flag_t
+  uint32_t eps_bits = 0;      // epsilon as the fp32 the kernels add
+  uint32_t present = 0;       // NormTensor bits
+
+  int64_t elements() const { return rows * cols; }
+  bool rms() const { return mode == FNORM_NORM_RMSNORM; }
+  bool has(NormTensor t) const { return (present & t) != 0; }
+  // gamma / beta are fp32 while x is not.
+  bool param_f32() const { return param_dtype == FNORM_DTYPE_FLOAT32 && dtype != FNORM_DTYPE_FLOAT32; }
+  float eps() const;
 };
 
-// ---- validation (norm_validate.cpp) ----------------------------------------
+// The pointers of a forward call (launch's named argument struct).
+struct NormFwdArgs {
+  const void *x = nullptr;
+  const void *residual = nullptr;
+  void *sum = nullptr;
+  const void *gamma = nullptr;
+  const void *beta = nullptr;
+  void *y = nullptr;
+  float *mean = nullptr;
+  float *rstd = nullptr;
+  uint32_t present() const;
+};
 
-// Validates the descriptors of a forward (everything the size query sees)
-// and returns the row view. Throws Error.
-RowView check_norm_fwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
-                             const fnorm_tensor_desc *y_desc);
-// Backward: x, dy, dx descriptors (dy_desc/dx_desc may be null in the size
-// query, which then assumes x's layout).
-RowView check_norm_bwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
-                             const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc);
+// The pointers of a backward call.
+struct NormBwdArgs {
+  const void *x = nullptr;
+  const void *dy = nullptr;
+  const float *mean = nullptr;
+  const float *rstd = nullptr;
+  const void *gamma = nullptr;
+  const void *dsum = nullptr;
+  void *dx = nullptr;
+  void *dgamma = nullptr;
+  void *dbeta = nullptr;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
+  uint32_t present() const;
+};
 
-// Validates the weight descriptor against x when `needed`; returns whether
-// the parameters are fp32 while x is not. Throws Error.
-bool check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *x_desc,
-                       const RowView &view, bool needed);
+// ---- describe and check (norm_validate.cpp) ----------------------------------
+
+// Validates the descriptors of a forward (everything the size query sees;
+// w_desc only when gamma or beta is present) and returns the problem.
+// Throws Error.
+NormProblem describe_norm_fwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, uint32_t present);
+// Backward: x, dy, dx descriptors (dy_desc / dx_desc null in the size query,
+// which then assumes x's layout); w_desc when gamma, dgamma or dbeta is present.
+NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc,
+                              const fnorm_tensor_desc *w_desc, uint32_t present);
+
+// The pointer rules of a call: required pointers (not for tensors with no
+// elements), the mode's rules, the overlap rule over all its buffers, and
+// checked mode. Throws Error.
+void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const NormFwdArgs &a);
+void check_norm_bwd_args(const fnorm_handle *h, const NormProblem &pb, const NormBwdArgs &a);
 
 // Normalized begin axis in [0, rank), or throws naming `arg`.
 int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
@@ -57,17 +117,9 @@ int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
 // The widest pack (elements, <= kMaxPackBytes) that every given data
 // pointer, the row length and the row strides allow. fp32 parameter pointers
 // need only 4 * min(pack, 4) bytes of alignment.
-int choose_pack(const RowView &v, std::initializer_list<const void *> data,
+int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
                 std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
                 bool param_f32);
-
-// A [rows, cols] tensor of the view at `p` with `row_stride`, for the
-// overlap check.
-Span row_span(const char *name, const void *p, const RowView &v, int64_t row_stride);
-// Bytes of gamma / beta (and dgamma / dbeta): cols values of fp32 when
-// `param_f32`, else of x's dtype. Bytes of mean / rstd: rows fp32 values.
-size_t param_vector_bytes(const RowView &v, bool param_f32);
-size_t row_stat_bytes(const RowView &v);
 
 // ---- plan (norm_plan.cpp) -----------------------------------------------------
 
@@ -81,9 +133,12 @@ struct Plan {
   int width_log2 = 0;     // warp tier
   int block_threads = 0;  // block-register tier
   int cluster = 1;        // backward block-register tier: blocks per row (a cluster)
-  bool grid_per_row = false;  // forward: NormFwdParams::grid_per_row
+  bool grid_per_row = false;  // forward: a block (of row groups) per row, not one wave
 };
-using NormFwdPlan = Plan<NormFwdInstance>;
+
+struct NormFwdPlan : Plan<NormFwdInstance> {
+  LaunchShape shape;  // with a device only
+};
 
 // Workspace layout of a backward with `partials` partial rows.
 struct BwdWorkspace {
@@ -92,34 +147,41 @@ struct BwdWorkspace {
 
 struct NormBwdPlan : Plan<NormBwdInstance> {
   int grid = 0;            // partial rows the launch writes (its grid)
+  NormBwdShape shape;      // with a device only
   BwdWorkspace workspace;  // where the partials and row coefficients go
 };
 
 // Picks tier and instance for a forward (RMSNorm when `rms`) with the given
-// pack. With a device (ctx.cache set), a row-in-registers block that only
-// one block per SM can hold hands its rows to the shared-memory tier when
-// that keeps two or more, and a block-register plan of kTargetNpack or more
-// packs per thread takes a block per row where fwd_grid_per_row says so;
-// without one (host tests) the plan stops before those steps. Throws
+// pack. With a device (ctx.occupancy set), a row-in-registers block that
+// only one block per SM can hold hands its rows to the shared-memory tier
+// when that keeps two or more, and a block-register plan of kTargetNpack or
+// more packs per thread takes a block per row where fwd_grid_per_row says
+// so; without one (host tests) the plan stops before those steps. Throws
 // NOT_SUPPORTED_BUILD when no instance fits.
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms,
+NormFwdPlan plan_norm_fwd(const NormProblem &view, int pack, const DeviceContext &ctx, bool rms,
                           bool residual = false);
 // Whether a forward's block-register plan launches a block per row (rather
 // than one wave of resident blocks) at `blocks_per_sm` resident blocks; with
 // a residual (add & norm) only at 4 or more.
-bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev, bool residual = false);
+bool fwd_grid_per_row(const NormProblem &view, int blocks_per_sm, const DeviceInfo &dev, bool residual = false);
+// The handle's tuning applied to a forward plan (bench/README.md).
+void apply_fwd_tuning(const NormProblem &view, int pack, const DeviceInfo &dev, const Tuning::NormFwd &t,
+                      NormFwdPlan &plan);
 
 // The backward's tier and instance (shape and device properties only).
-NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &dev);
+NormBwdPlan plan_norm_bwd_tier(const NormProblem &view, int pack, const DeviceInfo &dev);
 // The whole backward plan: tier, then the grid the instance will launch
 // (asks the device's occupancy) and the workspace layout it needs.
-NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const LaunchContext &ctx,
-                          const fnorm_norm_desc *norm, bool want_partials);
+NormBwdPlan plan_norm_bwd(const NormProblem &view, int pack, const DeviceContext &ctx);
 
-BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_partials, bool coef);
+BwdWorkspace bwd_workspace_layout(const NormProblem &v, int partials, bool want_partials, bool coef);
 
 // Launch parameters of a plan, pointers left unset.
-NormFwdParams norm_fwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormFwdPlan &plan);
-NormBwdParams norm_bwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormBwdPlan &plan);
+NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan);
+NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan);
+
+// The plans of a handle, cached per (problem, pack) (core/op.hpp).
+const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pack);
+const NormBwdPlan &norm_bwd_plan(fnorm_handle *h, const NormProblem &pb, int pack);
 
 }  // namespace fnorm

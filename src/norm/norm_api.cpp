@@ -1,11 +1,63 @@
-// LayerNorm / RMSNorm entry points: validate (norm_validate.cpp), plan
-// (norm_plan.cpp), launch the planned instance from the generated dispatch
-// table.
+// LayerNorm / RMSNorm entry points: describe and check (norm_validate.cpp),
+// plan (norm_plan.cpp, cached per handle), launch the planned instance of
+// the generated dispatch table.
 #include <algorithm>
 
 #include "core/column_sums.hpp"
-#include "core/pointer_check.hpp"
 #include "norm/norm.hpp"
+
+namespace fnorm {
+namespace {
+
+void launch_fwd(const NormProblem &pb, const NormFwdPlan &plan, const NormFwdArgs &a, cudaStream_t stream) {
+  NormFwdParams p = norm_fwd_params(pb, plan);
+  p.x = a.x;
+  p.residual = a.residual;
+  p.sum = a.sum;
+  p.y = a.y;
+  p.gamma = a.gamma;
+  p.beta = a.beta;
+  p.mean = a.mean;
+  p.rstd = a.rstd;
+  check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
+}
+
+void launch_bwd(const NormProblem &pb, const NormBwdPlan &plan, const NormBwdArgs &a, cudaStream_t stream) {
+  NormBwdParams p = norm_bwd_params(pb, plan);
+  p.x = a.x;
+  p.dy = a.dy;
+  p.gamma = a.gamma;
+  p.dsum = a.dsum;
+  p.mean = a.mean;
+  p.rstd = a.rstd;
+  p.dx = a.dx;
+  unsigned char *ws = static_cast<unsigned char *>(a.workspace);
+  const BwdWorkspace &layout = plan.workspace;
+  if (a.dgamma != nullptr) p.dgamma_partial = reinterpret_cast<float *>(ws + layout.dgamma_offset);
+  if (a.dbeta != nullptr) p.dbeta_partial = reinterpret_cast<float *>(ws + layout.dbeta_offset);
+  if (plan.tier == Tier::ColumnTiled) p.row_coef = reinterpret_cast<float *>(ws + layout.coef_offset);
+  check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
+  if (a.dgamma != nullptr || a.dbeta != nullptr) {
+    check_cuda(launch_column_sums(p.dgamma_partial, p.dbeta_partial, plan.grid, pb.cols,
+                                  static_cast<fnorm_dtype_t>(pb.param_dtype), a.dgamma, a.dbeta, stream),
+               "weight-gradient column sums");
+  }
+}
+
+// dgamma / dbeta over no rows: the sums of nothing.
+void zero_weight_grads(const NormProblem &pb, const NormBwdArgs &a, cudaStream_t stream) {
+  const size_t bytes = static_cast<size_t>(pb.cols) * dtype_size(static_cast<fnorm_dtype_t>(pb.param_dtype));
+  for (void *g : {a.dgamma, a.dbeta})
+    if (g != nullptr && bytes != 0) check_cuda(cudaMemsetAsync(g, 0, bytes, stream), "cudaMemsetAsync (dgamma/dbeta)");
+}
+
+int bwd_pack(const NormProblem &pb, const NormBwdArgs &a) {
+  return choose_pack(pb, {a.x, a.dy, a.dx, a.dsum}, {pb.x_row_stride, pb.y_row_stride, pb.dx_row_stride},
+                     {a.gamma}, pb.param_f32());
+}
+
+}  // namespace
+}  // namespace fnorm
 
 extern "C" {
 
@@ -17,7 +69,7 @@ FNORM_API fnorm_status_t fnorm_norm_fwd_workspace_size(fnorm_handle_t handle,
   return fnorm::api_guard(__func__, [&] {
     FNORM_REQUIRE_NOT_NULL(handle);
     FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    (void)fnorm::check_norm_fwd_descs(norm, x_desc, y_desc);
+    (void)fnorm::describe_norm_fwd(norm, x_desc, nullptr, y_desc, 0);
     *workspace_bytes = 0;
   });
 }
@@ -34,43 +86,16 @@ FNORM_API fnorm_status_t fnorm_norm_fwd(fnorm_handle_t handle, fnorm_stream_t st
   return fnorm::api_guard(__func__, [&] {
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
-    const RowView v = check_norm_fwd_descs(norm, x_desc, y_desc);
-    FNORM_REQUIRE_NOT_NULL(x);
-    FNORM_REQUIRE_NOT_NULL(y);
-    const bool rms = norm->mode == FNORM_NORM_RMSNORM;
-    FNORM_REQUIRE(!(rms && beta != nullptr), FNORM_STATUS_BAD_PARAM,
-                  "argument 'beta' must be NULL: RMSNorm has no shift");
-    FNORM_REQUIRE(!(rms && mean != nullptr), FNORM_STATUS_BAD_PARAM,
-                  "argument 'mean' must be NULL: RMSNorm saves only rrms (in 'rstd')");
-    FNORM_REQUIRE(sum == nullptr || residual != nullptr, FNORM_STATUS_BAD_PARAM,
-                  "argument 'sum' is given without 'residual'");
-    const bool param_f32 = check_weight_desc(w_desc, x_desc, v, gamma != nullptr || beta != nullptr);
-    const Span rx = row_span("x", x, v, v.x_row_stride), rr = row_span("residual", residual, v, v.x_row_stride),
-               rs = row_span("sum", sum, v, v.x_row_stride), ry = row_span("y", y, v, v.y_row_stride);
-    require_disjoint(ry, {rx, rr, rs}, {"x"});
-    require_disjoint(rs, {rx, rr}, {"x", "residual"});
+    const NormFwdArgs a{x, residual, sum, gamma, beta, y, mean, rstd};
+    const NormProblem pb = describe_norm_fwd(norm, x_desc, w_desc, y_desc, a.present());
+    check_norm_fwd_args(handle, pb, a);
     (void)workspace;
     (void)workspace_bytes;  // the size query answers 0 for every forward
-    const size_t param_bytes = param_vector_bytes(v, param_f32), stat_bytes = row_stat_bytes(v);
-    require_device_memory(handle, {rx, rr, rs, ry, {"gamma", gamma, param_bytes}, {"beta", beta, param_bytes},
-                                   {"mean", mean, stat_bytes}, {"rstd", rstd, stat_bytes}});
-
+    if (pb.elements() == 0) return;
     DeviceGuard guard(handle->device);
-    const LaunchContext ctx = launch_context(handle, stream);
-    const int pack = choose_pack(v, {x, y, residual, sum}, {v.x_row_stride, v.y_row_stride},
-                                 {gamma, beta}, param_f32);
-    const NormFwdPlan plan = plan_norm_fwd(v, pack, ctx, rms, residual != nullptr);
-    NormFwdParams p = norm_fwd_params(v, norm, plan);
-    p.x = x;
-    p.residual = residual;
-    p.sum = sum;
-    p.y = y;
-    p.gamma = gamma;
-    p.beta = beta;
-    p.mean = mean;
-    p.rstd = rstd;
-    p.param_f32 = param_f32 || v.dtype == FNORM_DTYPE_FLOAT32;
-    check_cuda(plan.instance->launch(p, ctx), plan.instance->name);
+    const int pack = choose_pack(pb, {x, y, residual, sum}, {pb.x_row_stride, pb.y_row_stride}, {gamma, beta},
+                                 pb.param_f32());
+    launch_fwd(pb, norm_fwd_plan(handle, pb, pack), a, cuda_stream(stream));
   });
 }
 
@@ -83,17 +108,18 @@ FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
     using namespace fnorm;
     FNORM_REQUIRE_NOT_NULL(handle);
     FNORM_REQUIRE_NOT_NULL(workspace_bytes);
-    const RowView v = check_norm_bwd_descs(norm, x_desc, nullptr, nullptr);
-    const bool want_partials = w_desc != nullptr;
-    if (want_partials) (void)check_weight_desc(w_desc, x_desc, v, true);
-    DeviceGuard guard(handle->device);
-    const LaunchContext ctx = launch_context(handle, nullptr);
-    // The launch's pack follows the pointers' alignment: answer for the
-    // largest need over every pack the row length allows.
+    // w_desc given: the launch may ask for dgamma / dbeta.
+    const NormProblem pb =
+        describe_norm_bwd(norm, x_desc, nullptr, nullptr, w_desc, w_desc != nullptr ? kNormDgamma : 0);
     size_t most = 0;
-    for (int pack = static_cast<int>(kMaxPackBytes / dtype_size(v.dtype)); pack >= 1; pack /= 2) {
-      if (v.cols % pack != 0) continue;
-      most = std::max(most, plan_norm_bwd(v, pack, ctx, norm, want_partials).workspace.bytes);
+    if (pb.elements() != 0) {
+      DeviceGuard guard(handle->device);
+      // The launch's pack follows the pointers' alignment: answer for the
+      // largest need over every pack the row length allows.
+      for (int pack = static_cast<int>(kMaxPackBytes / dtype_size(pb.dtype)); pack >= 1; pack /= 2) {
+        if (pb.cols % pack != 0) continue;
+        most = std::max(most, norm_bwd_plan(handle, pb, pack).workspace.bytes);
+      }
     }
     *workspace_bytes = most;
   });
@@ -114,56 +140,21 @@ FNORM_API fnorm_status_t fnorm_norm_bwd(fnorm_handle_t handle, fnorm_stream_t st
     FNORM_REQUIRE_NOT_NULL(handle);
     FNORM_REQUIRE_NOT_NULL(dy_desc);
     FNORM_REQUIRE_NOT_NULL(dx_desc);
-    const RowView v = check_norm_bwd_descs(norm, x_desc, dy_desc, dx_desc);
-    FNORM_REQUIRE_NOT_NULL(x);
-    FNORM_REQUIRE_NOT_NULL(dy);
-    FNORM_REQUIRE_NOT_NULL(dx);
-    FNORM_REQUIRE_NOT_NULL(rstd);
-    const bool rms = norm->mode == FNORM_NORM_RMSNORM;
-    if (rms) {
-      FNORM_REQUIRE(mean == nullptr, FNORM_STATUS_BAD_PARAM,
-                    "argument 'mean' must be NULL for RMSNorm");
-      FNORM_REQUIRE(dbeta == nullptr, FNORM_STATUS_BAD_PARAM,
-                    "argument 'dbeta' must be NULL: RMSNorm has no shift");
-    } else {
-      FNORM_REQUIRE_NOT_NULL(mean);
+    const NormBwdArgs a{x, dy, mean, rstd, gamma, dsum, dx, dgamma, dbeta, workspace, workspace_bytes};
+    const NormProblem pb = describe_norm_bwd(norm, x_desc, dy_desc, dx_desc, w_desc, a.present());
+    check_norm_bwd_args(handle, pb, a);
+    const cudaStream_t st = cuda_stream(stream);
+    if (pb.elements() == 0) {
+      if (pb.cols != 0 && (dgamma != nullptr || dbeta != nullptr)) {
+        DeviceGuard guard(handle->device);
+        zero_weight_grads(pb, a, st);
+      }
+      return;
     }
-    const bool want_partials = dgamma != nullptr || dbeta != nullptr;
-    const bool param_f32 = check_weight_desc(w_desc, x_desc, v, gamma != nullptr || want_partials);
-    const Span rx = row_span("x", x, v, v.x_row_stride), rdy = row_span("dy", dy, v, v.y_row_stride),
-               rds = row_span("dsum", dsum, v, v.y_row_stride), rdx = row_span("dx", dx, v, v.dx_row_stride);
-    require_disjoint(rdx, {rx, rdy, rds}, {"dy", "dsum"});
-    const size_t param_bytes = param_vector_bytes(v, param_f32), stat_bytes = row_stat_bytes(v);
-    require_device_memory(handle, {rx, rdy, rds, rdx, {"gamma", gamma, param_bytes}, {"mean", mean, stat_bytes},
-                                   {"rstd", rstd, stat_bytes}, {"dgamma", dgamma, param_bytes},
-                                   {"dbeta", dbeta, param_bytes}, {"workspace", workspace, workspace_bytes}});
-
     DeviceGuard guard(handle->device);
-    const int pack = choose_pack(v, {x, dy, dx, dsum}, {v.x_row_stride, v.y_row_stride, v.dx_row_stride},
-                                 {gamma}, param_f32);
-    const LaunchContext ctx = launch_context(handle, stream);
-    const NormBwdPlan plan = plan_norm_bwd(v, pack, ctx, norm, want_partials);
+    const NormBwdPlan &plan = norm_bwd_plan(handle, pb, bwd_pack(pb, a));
     require_workspace(workspace, workspace_bytes, plan.workspace.bytes, "fnorm_norm_bwd_workspace_size", 16);
-    unsigned char *ws = static_cast<unsigned char *>(workspace);
-    NormBwdParams p = norm_bwd_params(v, norm, plan);
-    p.x = x;
-    p.dy = dy;
-    p.gamma = gamma;
-    p.dsum = dsum;
-    p.mean = mean;
-    p.rstd = rstd;
-    p.dx = dx;
-    p.param_f32 = param_f32 || v.dtype == FNORM_DTYPE_FLOAT32;
-    const BwdWorkspace &layout = plan.workspace;
-    if (dgamma != nullptr) p.dgamma_partial = reinterpret_cast<float *>(ws + layout.dgamma_offset);
-    if (dbeta != nullptr) p.dbeta_partial = reinterpret_cast<float *>(ws + layout.dbeta_offset);
-    if (plan.tier == Tier::ColumnTiled) p.row_coef = reinterpret_cast<float *>(ws + layout.coef_offset);
-    check_cuda(plan.instance->launch(p, ctx), plan.instance->name);
-    if (want_partials) {
-      check_cuda(launch_column_sums(p.dgamma_partial, p.dbeta_partial, plan.grid, v.cols,
-                                    w_desc->dtype, dgamma, dbeta, ctx.stream),
-                 "weight-gradient column sums");
-    }
+    launch_bwd(pb, plan, a, st);
   });
 }
 

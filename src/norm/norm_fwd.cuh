@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(1024)
 // longer-lived blocks amortize the per-row reductions). A block is never
 // wider than the row's packs (rounded up to a warp), except 128 as a floor.
 template <class Kernel>
-cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
+cudaError_t pick_row_block(const DeviceContext &ctx, Kernel kernel, size_t smem,
                            int64_t packs_per_row, int *block, int *blocks_per_sm) {
   const int64_t useful = std::max<int64_t>(128, ceil_div(packs_per_row, 32) * 32);
   int64_t best_threads = 0;
@@ -294,7 +294,7 @@ cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
     if (b > useful) break;
     int occ = 0;
     cudaError_t err =
-        cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel), b, smem, &occ);
+        cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), b, smem, &occ);
     if (err != cudaSuccess) return err;
     const int64_t busy = static_cast<int64_t>(occ) * std::min<int64_t>(b, packs_per_row);
     if (occ > 0 && busy >= best_threads) {
@@ -309,59 +309,47 @@ cudaError_t pick_row_block(const LaunchContext &ctx, Kernel kernel, size_t smem,
 // A block per row: one wave of resident blocks striding over the rows, or
 // (p.grid_per_row) a block for every row, the hardware starting the next
 // one on an SM as soon as one retires.
-template <class Kernel, class Load, class Store>
-cudaError_t launch_row_blocks(const NormFwdParams &p, const LaunchContext &ctx, Kernel kernel, int block,
-                              int blocks_per_sm, size_t smem, const Load &load, const Store &store) {
+inline void row_blocks_shape(const NormFwdParams &p, const DeviceContext &ctx, int block, int blocks_per_sm,
+                             size_t smem, LaunchShape *s) {
   const int64_t wave = p.grid_per_row ? p.rows : static_cast<int64_t>(ctx.dev.sm_count) * blocks_per_sm;
-  const int64_t grid = std::min({p.rows, wave, int64_t{2147483647}});
-  kernel<<<static_cast<unsigned>(grid), block, smem, ctx.stream>>>(p, load, store);
-  return cudaGetLastError();
+  s->grid = std::min({p.rows, wave, int64_t{2147483647}});
+  s->block = block;
+  s->smem = smem;
+  s->blocks_per_sm = blocks_per_sm;
 }
 
-// Executes the plan (norm/norm_plan.cpp); decides nothing but the grid and,
-// for the one-block-per-row tiers, the block size by occupancy. With
-// p.occupancy_query set it launches nothing and reports the blocks per SM
-// its kernel would get (the planner's configure pass).
+// The plan's launch shape of an instance (norm/norm_plan.cpp): the grid and,
+// for the one-block-per-row tiers, the block size by occupancy, from the
+// parameters' rows, cols, tier fields and grid_per_row; blocks_per_sm is
+// what the planner decides the grid from (0: no block fits an SM).
 template <typename T, int PACK, Tier TIER, int NPACK>
-cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchContext &ctx) {
+cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, LaunchShape *s) {
   using Load = LoadRow<T, PACK>;
   using Store = StoreAffine<T, PACK>;
-  const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
-                  static_cast<T *>(p.sum), p.x_row_stride};
-  const Store store{static_cast<T *>(p.y), p.y_row_stride, p.gamma, p.beta, p.param_f32,
-                    p.zero_centered};
-  const int64_t max_grid = 2147483647;
+  *s = LaunchShape{};
   if constexpr (TIER == Tier::Warp) {
     auto kernel = norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>;
     int occ = 0;
-    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+    cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel),
                                        kWarpTierBlock, 0, &occ);
     if (err != cudaSuccess) return err;
-    if (p.occupancy_query != nullptr) {
-      *p.occupancy_query = occ;
-      return cudaSuccess;
-    }
     const int64_t groups_per_block = kWarpTierBlock >> p.width_log2;
     // A persistent grid (one wave of resident blocks strides over the
     // rows), or with p.grid_per_row a block for every groups_per_block rows.
     const int64_t wave = p.grid_per_row ? ceil_div(p.rows, groups_per_block)
                                         : static_cast<int64_t>(ctx.dev.sm_count) * std::max(occ, 1);
-    const int64_t grid = std::min({ceil_div(p.rows, groups_per_block), wave, max_grid});
-    kernel<<<static_cast<unsigned>(grid), kWarpTierBlock, 0, ctx.stream>>>(p, load, store);
+    s->grid = std::min({ceil_div(p.rows, groups_per_block), wave, int64_t{2147483647}});
+    s->block = kWarpTierBlock;
+    s->blocks_per_sm = occ;
   } else if constexpr (TIER == Tier::BlockRegisters) {
     static_assert(NPACK * PACK <= kWarpMaxElemsPerThread,
                   "more than 32 values per thread would spill at 1024 threads");
     auto kernel = norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
     int occ = 0;
-    cudaError_t err = cached_occupancy(ctx.cache, reinterpret_cast<const void *>(kernel),
+    cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel),
                                        p.block_threads, 0, &occ);
     if (err != cudaSuccess) return err;
-    if (p.occupancy_query != nullptr) {
-      *p.occupancy_query = occ;
-      return cudaSuccess;
-    }
-    if (occ == 0) return cudaErrorInvalidConfiguration;
-    return launch_row_blocks(p, ctx, kernel, p.block_threads, occ, 0, load, store);
+    row_blocks_shape(p, ctx, p.block_threads, occ, 0, s);
   } else {
     static_assert(NPACK == 0, "block tiers take no NPACK");
     const size_t smem = TIER == Tier::BlockSmem ? static_cast<size_t>(p.cols) * sizeof(T) : 0;
@@ -370,11 +358,29 @@ cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchContext &ctx) {
     int block = 0, occ = 0;
     cudaError_t err = pick_row_block(ctx, kernel, smem, p.cols / PACK, &block, &occ);
     if (err != cudaSuccess) return err;
-    if (p.occupancy_query != nullptr) {
-      *p.occupancy_query = occ;
-      return cudaSuccess;
-    }
-    return launch_row_blocks(p, ctx, kernel, block, occ, smem, load, store);
+    row_blocks_shape(p, ctx, block, occ, smem, s);
+  }
+  return cudaSuccess;
+}
+
+// Executes the plan (norm/norm_plan.cpp) with its launch shape.
+template <typename T, int PACK, Tier TIER, int NPACK>
+cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchShape &s, cudaStream_t stream) {
+  using Load = LoadRow<T, PACK>;
+  using Store = StoreAffine<T, PACK>;
+  const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
+                  static_cast<T *>(p.sum), p.x_row_stride};
+  const Store store{static_cast<T *>(p.y), p.y_row_stride, p.gamma, p.beta, p.param_f32,
+                    p.zero_centered};
+  const auto grid = static_cast<unsigned>(s.grid);
+  if constexpr (TIER == Tier::Warp) {
+    norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store><<<grid, kWarpTierBlock, 0, stream>>>(p, load, store);
+  } else if constexpr (TIER == Tier::BlockRegisters) {
+    norm_fwd_block_kernel<T, PACK, NPACK, Load, Store><<<grid, s.block, 0, stream>>>(p, load, store);
+  } else {
+    auto kernel = TIER == Tier::BlockSmem ? norm_fwd_smem_kernel<T, PACK, Load, Store>
+                                          : norm_fwd_uncached_kernel<T, PACK, Load, Store>;
+    kernel<<<grid, s.block, s.smem, stream>>>(p, load, store);
   }
   return cudaGetLastError();
 }

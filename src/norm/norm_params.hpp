@@ -38,13 +38,11 @@ struct NormFwdParams {
   bool zero_centered = false;  // scale is 1 + gamma
   int width_log2 = 0;          // warp tier: log2 of the lanes that share a row
   int block_threads = 0;       // block-register tier: threads per block (a multiple of 32)
-  // Grid: false, one wave of resident blocks striding over the rows; true, a
-  // block (warp tier: a block of row groups) per row, the hardware starting
-  // the next block on an SM as soon as one retires.
+  // Grid (the launch shape's, set by the plan): false, one wave of resident
+  // blocks striding over the rows; true, a block (warp tier: a block of row
+  // groups) per row, the hardware starting the next block on an SM as soon
+  // as one retires.
   bool grid_per_row = false;
-  // The planner's configure pass: when set, the launch writes the blocks per
-  // SM its kernel gets here and launches nothing.
-  int *occupancy_query = nullptr;
 };
 
 // Assumptions as NormFwdParams for x/dy/dsum/dx and gamma.
@@ -69,37 +67,53 @@ struct NormBwdParams {
   bool param_f32 = false;
   bool zero_centered = false;
   int width_log2 = 0;
-  int block_threads = 0;
-  int grid = 0;     // partial rows (clusters, or blocks); from the instance's grid function
+  int block_threads = 0;  // block tier: threads per block; rows tier: threads per row group
+  int grid = 0;     // partial rows (clusters, or blocks); from the instance's shape function
   int cluster = 1;  // block-register tier: blocks that share a row (a thread block cluster)
 };
 
-#ifndef FNORM_NORM_BWD_STAGES
-#define FNORM_NORM_BWD_STAGES 2
-#endif
 // Backward register tiers: rows of x/dy a thread has in flight (cp.async into
 // shared memory) while it works on the row before them, plus that row.
-constexpr int kNormBwdStages = FNORM_NORM_BWD_STAGES;
+constexpr int kNormBwdStages = 2;
 static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and one in flight");
 
-// Dynamic shared memory of the backward register tiers' staging ring at
-// `threads` per block: per stage and thread, npack packs of x and of dy and
-// the row's (mean, rstd).
-constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
-  return static_cast<size_t>(kNormBwdStages) * static_cast<size_t>(threads) *
+// One stage of the backward register tiers' staging ring at `threads` per
+// block: per thread, npack packs of x and of dy and the row's (mean, rstd).
+constexpr size_t norm_bwd_stage_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(threads) *
          (2 * static_cast<size_t>(npack) * static_cast<size_t>(pack) * elem_bytes + 2 * sizeof(float));
 }
+// Dynamic shared memory of the warp and block tiers' ring (kNormBwdStages
+// stages; the rows tier sizes its own ring, norm_bwd.cuh).
+constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
+  return static_cast<size_t>(kNormBwdStages) * norm_bwd_stage_bytes(threads, npack, pack, elem_bytes);
+}
 
-using NormFwdLaunchFn = cudaError_t (*)(const NormFwdParams &, const LaunchContext &);
-using NormBwdLaunchFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &);
-// The grid (and so the number of partial rows) the launch will use.
-using NormBwdGridFn = cudaError_t (*)(const NormBwdParams &, const LaunchContext &, int *grid);
+// The backward's launch shape: its main kernel's grid (the number of
+// partial rows) and, for the column-tiled tier, the row-coefficient
+// kernel's grid.
+struct NormBwdShape {
+  int grid = 0;
+  int64_t coef_grid = 0;
+  int groups = 1;    // rows tier: row groups per block
+  int stages = 2;    // rows tier: depth of the staging ring
+  size_t smem = 0;   // rows tier: dynamic shared memory bytes
+};
+
+// Each instance: `shape` (at plan time: the launch shape of the parameters'
+// rows, cols and tier fields on a device, from its kernel's occupancy) and
+// `launch` (enqueues with that shape; decides nothing).
+using NormFwdShapeFn = cudaError_t (*)(const NormFwdParams &, const DeviceContext &, LaunchShape *);
+using NormFwdLaunchFn = cudaError_t (*)(const NormFwdParams &, const LaunchShape &, cudaStream_t);
+using NormBwdShapeFn = cudaError_t (*)(const NormBwdParams &, const DeviceContext &, NormBwdShape *);
+using NormBwdLaunchFn = cudaError_t (*)(const NormBwdParams &, const NormBwdShape &, cudaStream_t);
 
 struct NormFwdInstance {
   fnorm_dtype_t dtype;
   int pack;
   Tier tier;
   int npack;
+  NormFwdShapeFn shape;
   NormFwdLaunchFn launch;
   const char *name;
 };
@@ -109,8 +123,8 @@ struct NormBwdInstance {
   int pack;
   Tier tier;
   int npack;
+  NormBwdShapeFn shape;
   NormBwdLaunchFn launch;
-  NormBwdGridFn grid;
   const char *name;
 };
 

@@ -2,10 +2,6 @@
 // call runs with, and the workspace it needs. The size queries and the
 // launches both call these, so they cannot disagree.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "norm/norm.hpp"
 
@@ -32,7 +28,7 @@ const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t 
 // warps per block holding its share of the row, the fewest packs per thread
 // that `fits` accepts. Leaves `plan` unchanged and returns false when none does.
 template <class Instance, class Fits>
-bool plan_block_tier(const Instance *table, size_t count, const RowView &view, int cluster,
+bool plan_block_tier(const Instance *table, size_t count, const NormProblem &view, int cluster,
                      int64_t max_block, Fits fits, Plan<Instance> &plan) {
   const int64_t packs = view.cols / plan.pack;
   auto block_for = [&](int n) { return ceil_div(ceil_div(packs, int64_t{cluster} * n), 32) * 32; };
@@ -58,7 +54,7 @@ bool plan_block_tier(const Instance *table, size_t count, const RowView &view, i
 // `fits(tier, npack, threads)` says whether an instance may run at that many
 // threads per block (registers / shared memory of the op).
 template <class Instance, class Fits>
-bool plan_register_tiers(const Instance *table, size_t count, const RowView &view, const DeviceInfo &dev,
+bool plan_register_tiers(const Instance *table, size_t count, const NormProblem &view, const DeviceInfo &dev,
                          int64_t target_npack, int64_t max_block, Fits fits, Plan<Instance> &plan) {
   const int64_t packs = view.cols / plan.pack;
   int width_log2 = 0;
@@ -84,19 +80,18 @@ bool plan_register_tiers(const Instance *table, size_t count, const RowView &vie
 
 auto any_npack = [](int) { return true; };
 
-// Blocks per SM the instance's kernel gets for this view and plan (the
-// launch's configure pass: nothing is launched).
-int fwd_occupancy(const NormFwdInstance &inst, const RowView &view, const NormFwdPlan &plan,
-                  const LaunchContext &ctx) {
+// Blocks per SM the instance's kernel gets for this view and plan (its
+// launch shape, planned and not launched).
+int fwd_occupancy(const NormFwdInstance &inst, const NormProblem &view, const NormFwdPlan &plan,
+                  const DeviceContext &ctx) {
   NormFwdParams p;
   p.rows = view.rows;
   p.cols = view.cols;
   p.block_threads = plan.block_threads;
   p.width_log2 = plan.width_log2;
-  int occ = 0;
-  p.occupancy_query = &occ;
-  check_cuda(inst.launch(p, ctx), inst.name);
-  return occ;
+  LaunchShape shape;
+  check_cuda(inst.shape(p, ctx, &shape), inst.name);
+  return shape.blocks_per_sm;
 }
 
 // One block per SM idles the SM at each of its row's barriers; the row
@@ -105,8 +100,8 @@ int fwd_occupancy(const NormFwdInstance &inst, const RowView &view, const NormFw
 // per SM, 1815 us; H200, 2026-11-22). Replaces a row-in-registers block plan
 // by the shared-memory tier when the registers allow one block per SM and
 // shared memory two or more.
-void hand_off_to_smem(const RowView &view, const LaunchContext &ctx, NormFwdPlan &plan) {
-  if (fwd_occupancy(*plan.instance, view, plan, ctx) != 1) return;  // 0: the launch reports it
+void hand_off_to_smem(const NormProblem &view, const DeviceContext &ctx, NormFwdPlan &plan) {
+  if (fwd_occupancy(*plan.instance, view, plan, ctx) != 1) return;  // 0: the plan reports it
   const size_t smem = static_cast<size_t>(view.cols) * dtype_size(view.dtype);
   if (smem + 1024 > static_cast<size_t>(ctx.dev.max_smem_optin)) return;
   const NormFwdInstance *cached =
@@ -117,74 +112,6 @@ void hand_off_to_smem(const RowView &view, const LaunchContext &ctx, NormFwdPlan
   alt.tier = Tier::BlockSmem;
   alt.instance = cached;
   if (fwd_occupancy(*cached, view, alt, ctx) >= 2) plan = alt;
-}
-
-// FNORM_NORM_FWD_PLAN, a benchmarking knob: overrides of the forward plan,
-// separated by ',' or ';', so that bench/ab_norm.py can time planner choices
-// against each other in one process:
-//   block:N / warp:N       the register tier at N packs per thread
-//   smem / uncached        that block tier
-//   grid=rows / grid=wave  a block per row / one wave of resident blocks
-// A forced tier that cannot hold the row is refused (NOT_SUPPORTED), never
-// replaced by another. Read once per process, at its first forward plan (a
-// lookup per call would add to every launch's host time); ab_norm.py loads a
-// copy of the library per variant for that reason.
-const std::string &fwd_knob() {
-  static const std::string knob = [] {
-    const char *env = std::getenv("FNORM_NORM_FWD_PLAN");
-    return std::string(env == nullptr ? "" : env);
-  }();
-  return knob;
-}
-
-void apply_fwd_knob(const RowView &view, int pack, const DeviceInfo &dev, NormFwdPlan &plan) {
-  const std::string &knob = fwd_knob();
-  if (knob.empty()) return;
-  const int64_t packs = view.cols / pack;
-  size_t at = 0;
-  while (at < knob.size()) {
-    const size_t end = std::min(knob.find_first_of(",;", at), knob.size());
-    const std::string tok = knob.substr(at, end - at);
-    at = end + 1;
-    int n = 0;
-    if (std::sscanf(tok.c_str(), "block:%d", &n) == 1) {
-      NormFwdPlan alt;
-      alt.pack = pack;
-      FNORM_REQUIRE(plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
-                                    [n](Tier, int k, int64_t) { return k == n; }, alt),
-                    FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN %s: no block of <= 1024 threads holds %lld packs",
-                    tok.c_str(), static_cast<long long>(packs));
-      alt.grid_per_row = plan.grid_per_row;
-      plan = alt;
-    } else if (std::sscanf(tok.c_str(), "warp:%d", &n) == 1) {
-      int w = 0;
-      while ((int64_t{n} << w) < packs && w < 5) ++w;
-      const NormFwdInstance *inst = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack,
-                                                 Tier::Warp, [n](int k) { return k == n; });
-      FNORM_REQUIRE(inst != nullptr && (int64_t{n} << w) >= packs, FNORM_STATUS_NOT_SUPPORTED,
-                    "FNORM_NORM_FWD_PLAN %s: the warp tier does not hold %lld packs", tok.c_str(),
-                    static_cast<long long>(packs));
-      plan.instance = inst;
-      plan.tier = Tier::Warp;
-      plan.npack = n;
-      plan.width_log2 = w;
-      plan.block_threads = 0;
-    } else if (tok == "smem" || tok == "uncached") {
-      const Tier t = tok == "smem" ? Tier::BlockSmem : Tier::BlockUncached;
-      FNORM_REQUIRE(t == Tier::BlockUncached || static_cast<uint64_t>(view.cols) * dtype_size(view.dtype) + 1024 <=
-                                                    static_cast<uint64_t>(dev.max_smem_optin),
-                    FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN smem: the row does not fit in shared memory");
-      plan.instance = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack, t, any_npack);
-      plan.tier = t;
-      plan.npack = 0;
-      plan.width_log2 = 0;
-      plan.block_threads = 0;
-    } else if (tok == "grid=rows" || tok == "grid=wave") {
-      plan.grid_per_row = tok == "grid=rows";
-    } else {
-      FNORM_REQUIRE(tok.empty(), FNORM_STATUS_BAD_PARAM, "FNORM_NORM_FWD_PLAN: unknown item '%s'", tok.c_str());
-    }
-  }
 }
 
 }  // namespace
@@ -209,12 +136,12 @@ void apply_fwd_knob(const RowView &view, int pack, const DeviceInfo &dev, NormFw
 // 1812 us a block per row against 1685 one wave, where LayerNorm alone was
 // level (880 / 874) and add & norm at 4 blocks per SM kept the gain (8192
 // columns 816 / 819; H200, one process, median of three, 2026-11-22).
-bool fwd_grid_per_row(const RowView &view, int blocks_per_sm, const DeviceInfo &dev, bool residual) {
+bool fwd_grid_per_row(const NormProblem &view, int blocks_per_sm, const DeviceInfo &dev, bool residual) {
   const int64_t resident = int64_t{dev.sm_count} * blocks_per_sm;
   return blocks_per_sm >= 4 || (!residual && blocks_per_sm >= 2 && view.rows >= 8 * resident);
 }
 
-NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ctx, bool rms, bool residual) {
+NormFwdPlan plan_norm_fwd(const NormProblem &view, int pack, const DeviceContext &ctx, bool rms, bool residual) {
   const DeviceInfo &dev = ctx.dev;
   NormFwdPlan plan;
   plan.pack = pack;
@@ -252,20 +179,91 @@ NormFwdPlan plan_norm_fwd(const RowView &view, int pack, const LaunchContext &ct
                 "no normalization forward kernel for dtype %s, pack %d in this build (the "
                 "build's dtypes option left it out)",
                 dtype_name(view.dtype), pack);
-  if (plan.tier == Tier::BlockRegisters && ctx.cache != nullptr) {
+  if (plan.tier == Tier::BlockRegisters && ctx.occupancy != nullptr) {
     hand_off_to_smem(view, ctx, plan);
     if (plan.tier == Tier::BlockRegisters && plan.npack >= kTargetNpack)
       plan.grid_per_row = fwd_grid_per_row(view, fwd_occupancy(*plan.instance, view, plan, ctx), dev, residual);
   }
-  apply_fwd_knob(view, pack, dev, plan);
-  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
-                "FNORM_NORM_FWD_PLAN names a kernel left out of this build");
   return plan;
 }
 
-NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &dev) {
+// Tuning::NormFwd (FNORM_NORM_FWD_PLAN) over a plan.
+void apply_fwd_tuning(const NormProblem &view, int pack, const DeviceInfo &dev, const Tuning::NormFwd &t,
+                      NormFwdPlan &plan) {
+  using T = Tuning::NormFwd;
+  FNORM_REQUIRE(t.bad_item[0] == '\0', FNORM_STATUS_BAD_PARAM,
+                "FNORM_NORM_FWD_PLAN (read at fnorm_create): unknown item '%s'", t.bad_item);
+  const int64_t packs = view.cols / pack;
+  const int n = t.npack;
+  if (t.tier == T::Tier::Block) {
+    NormFwdPlan alt;
+    alt.pack = pack;
+    FNORM_REQUIRE(plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                                  [n](Tier, int k, int64_t) { return k == n; }, alt),
+                  FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN block:%d: no block of <= 1024 threads holds %lld packs",
+                  n, static_cast<long long>(packs));
+    alt.grid_per_row = plan.grid_per_row;
+    plan = alt;
+  } else if (t.tier == T::Tier::Warp) {
+    int w = 0;
+    while ((int64_t{n} << w) < packs && w < 5) ++w;
+    const NormFwdInstance *inst = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack,
+                                               Tier::Warp, [n](int k) { return k == n; });
+    FNORM_REQUIRE(inst != nullptr && (int64_t{n} << w) >= packs, FNORM_STATUS_NOT_SUPPORTED,
+                  "FNORM_NORM_FWD_PLAN warp:%d: the warp tier does not hold %lld packs", n,
+                  static_cast<long long>(packs));
+    plan.instance = inst;
+    plan.tier = Tier::Warp;
+    plan.npack = n;
+    plan.width_log2 = w;
+    plan.block_threads = 0;
+  } else if (t.tier == T::Tier::Smem || t.tier == T::Tier::Uncached) {
+    const Tier tier = t.tier == T::Tier::Smem ? Tier::BlockSmem : Tier::BlockUncached;
+    FNORM_REQUIRE(tier == Tier::BlockUncached || static_cast<uint64_t>(view.cols) * dtype_size(view.dtype) + 1024 <=
+                                                     static_cast<uint64_t>(dev.max_smem_optin),
+                  FNORM_STATUS_NOT_SUPPORTED, "FNORM_NORM_FWD_PLAN smem: the row does not fit in shared memory");
+    plan.instance = fewest_npack(kNormFwdInstances, kNormFwdInstanceCount, view.dtype, pack, tier, any_npack);
+    plan.tier = tier;
+    plan.npack = 0;
+    plan.width_log2 = 0;
+    plan.block_threads = 0;
+  }
+  if (t.grid != T::Grid::Planner) plan.grid_per_row = t.grid == T::Grid::PerRow;
+  FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                "FNORM_NORM_FWD_PLAN names a kernel left out of this build");
+}
+
+namespace {
+// The rows tier (norm_bwd.cuh): 16-byte packs, a row group of 128 to 1024
+// threads at the instance's packs per thread (8 values), a ring of at least
+// two stages of one group in the device's shared memory. The block shape
+// and grid (row groups per block, ring depth, a block per SM) follow from
+// the rows and the device in the instance's shape function.
+bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, NormBwdPlan &plan) {
+  const size_t elem = dtype_size(view.dtype);
+  if (pack * elem != static_cast<size_t>(kMaxPackBytes)) return false;
+  const NormBwdInstance *inst =
+      fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRows, any_npack);
+  if (inst == nullptr) return false;
+  const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
+  if (width < kBwdRowsMinThreads || width > kBwdRowsMaxThreads) return false;
+  if (2 * norm_bwd_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
+      static_cast<size_t>(dev.max_smem_optin))
+    return false;
+  plan.instance = inst;
+  plan.tier = Tier::BlockRows;
+  plan.npack = inst->npack;
+  plan.width_log2 = 0;
+  plan.block_threads = static_cast<int>(width);
+  plan.cluster = 1;
+  return true;
+}
+}  // namespace
+
+NormBwdPlan plan_norm_bwd_tier(const NormProblem &view, int pack, const DeviceInfo &dev) {
   NormBwdPlan plan;
   plan.pack = pack;
+  if (plan_rows_tier(view, pack, dev, plan)) return plan;
   // Backward holds two fp32 accumulators per value in registers (x and dy
   // wait in a shared-memory ring): four packs per thread as the forward,
   // blocks of at most 512 threads (128 registers each), rings that fit the
@@ -300,7 +298,7 @@ NormBwdPlan plan_norm_bwd_tier(const RowView &view, int pack, const DeviceInfo &
   return plan;
 }
 
-BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_partials, bool coef) {
+BwdWorkspace bwd_workspace_layout(const NormProblem &v, int partials, bool want_partials, bool coef) {
   const char *arg = "x_desc";  // every size here comes from x's dimensions
   auto region = [&](size_t count, size_t per) { return checked_align_up(checked_mul(count, per, arg), 256, arg); };
   BwdWorkspace w;
@@ -313,11 +311,12 @@ BwdWorkspace bwd_workspace_layout(const RowView &v, int partials, bool want_part
 }
 
 
-NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const LaunchContext &ctx,
-                          const fnorm_norm_desc *norm, bool want_partials) {
+NormBwdPlan plan_norm_bwd(const NormProblem &view, int pack, const DeviceContext &ctx) {
   NormBwdPlan plan = plan_norm_bwd_tier(view, pack, ctx.dev);
-  const NormBwdParams p = norm_bwd_params(view, norm, plan);
-  check_cuda(plan.instance->grid(p, ctx, &plan.grid), plan.instance->name);
+  const NormBwdParams p = norm_bwd_params(view, plan);
+  check_cuda(plan.instance->shape(p, ctx, &plan.shape), plan.instance->name);
+  plan.grid = plan.shape.grid;
+  const bool want_partials = view.has(kNormDgamma) || view.has(kNormDbeta);
   plan.workspace = bwd_workspace_layout(view, plan.grid, want_partials, plan.tier == Tier::ColumnTiled);
   return plan;
 }
@@ -325,34 +324,58 @@ NormBwdPlan plan_norm_bwd(const RowView &view, int pack, const LaunchContext &ct
 namespace {
 // The fields forward and backward parameters share.
 template <class Params, class PlanT>
-Params shared_params(const RowView &v, const fnorm_norm_desc *norm, const PlanT &plan) {
+Params shared_params(const NormProblem &v, const PlanT &plan) {
   Params p;
   p.rows = v.rows;
   p.cols = v.cols;
   p.x_row_stride = v.x_row_stride;
-  p.rms = norm->mode == FNORM_NORM_RMSNORM;
-  p.zero_centered = (norm->flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) != 0;
+  p.rms = v.rms();
+  p.zero_centered = (v.flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) != 0;
+  p.param_f32 = v.param_f32() || v.dtype == FNORM_DTYPE_FLOAT32;
   p.width_log2 = plan.width_log2;
   p.block_threads = plan.block_threads;
   return p;
 }
+
+// Plans are cached per (handle, problem, pack).
+struct NormPlanKey {
+  NormProblem problem;
+  int32_t pack = 0;
+  int32_t unused = 0;
+};
 }  // namespace
 
-NormFwdParams norm_fwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormFwdPlan &plan) {
-  NormFwdParams p = shared_params<NormFwdParams>(v, norm, plan);
+NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan) {
+  NormFwdParams p = shared_params<NormFwdParams>(v, plan);
   p.y_row_stride = v.y_row_stride;
-  p.eps = static_cast<float>(norm->epsilon);
+  p.eps = v.eps();
   p.grid_per_row = plan.grid_per_row;
   return p;
 }
 
-NormBwdParams norm_bwd_params(const RowView &v, const fnorm_norm_desc *norm, const NormBwdPlan &plan) {
-  NormBwdParams p = shared_params<NormBwdParams>(v, norm, plan);
+NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan) {
+  NormBwdParams p = shared_params<NormBwdParams>(v, plan);
   p.dy_row_stride = v.y_row_stride;
   p.dx_row_stride = v.dx_row_stride;
   p.cluster = plan.cluster;
   p.grid = plan.grid;
   return p;
+}
+
+const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
+  return PlanCache<NormPlanKey, NormFwdPlan>::get(h->id, NormPlanKey{pb, pack, 0}, [&] {
+    const DeviceContext ctx = device_context(h);
+    NormFwdPlan plan = plan_norm_fwd(pb, pack, ctx, pb.rms(), pb.has(kNormResidual));
+    apply_fwd_tuning(pb, pack, ctx.dev, h->tuning.norm_fwd, plan);
+    check_cuda(plan.instance->shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
+    if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
+    return plan;
+  });
+}
+
+const NormBwdPlan &norm_bwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
+  return PlanCache<NormPlanKey, NormBwdPlan>::get(h->id, NormPlanKey{pb, pack, 0},
+                                                  [&] { return plan_norm_bwd(pb, pack, device_context(h)); });
 }
 
 }  // namespace fnorm

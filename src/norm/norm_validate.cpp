@@ -1,11 +1,28 @@
-// LayerNorm / RMSNorm validation: descriptors -> RowView, the weight
-// descriptor, the pack the pointers allow. Built on core/validate.hpp.
+// LayerNorm / RMSNorm: describe (descriptors -> NormProblem) and the checks
+// of a call's pointers. Built on core/validate.hpp.
 #include <algorithm>
-#include <cfloat>
+#include <cstring>
 
+#include "core/pointer_check.hpp"
 #include "norm/norm.hpp"
 
 namespace fnorm {
+
+float NormProblem::eps() const {
+  float e;
+  std::memcpy(&e, &eps_bits, sizeof e);
+  return e;
+}
+
+uint32_t NormFwdArgs::present() const {
+  return (residual ? kNormResidual : 0) | (sum ? kNormSum : 0) | (gamma ? kNormGamma : 0) | (beta ? kNormBeta : 0) |
+         (mean ? kNormMean : 0) | (rstd ? kNormRstd : 0);
+}
+
+uint32_t NormBwdArgs::present() const {
+  return (gamma ? kNormGamma : 0) | (mean ? kNormMean : 0) | (dsum ? kNormDsum : 0) | (dgamma ? kNormDgamma : 0) |
+         (dbeta ? kNormDbeta : 0);
+}
 
 int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg) {
   const int32_t a = axis < 0 ? axis + rank : axis;
@@ -17,65 +34,38 @@ int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg) {
 
 namespace {
 
-// Row view of x.
-RowView view_of(const fnorm_norm_desc *norm, const fnorm_tensor_desc &x) {
-  FNORM_REQUIRE(norm->mode == FNORM_NORM_LAYERNORM || norm->mode == FNORM_NORM_RMSNORM,
-                FNORM_STATUS_BAD_PARAM, "argument 'norm': unknown mode %d",
-                static_cast<int>(norm->mode));
-  FNORM_REQUIRE(norm->epsilon <= FLT_MAX, FNORM_STATUS_BAD_PARAM,
-                "argument 'norm': epsilon %g does not fit in fp32", norm->epsilon);
-  RowView v;
+// The problem's x part and the descriptor's settings (fnorm_norm_desc_set
+// validated them).
+NormProblem problem_of(const fnorm_norm_desc *norm, const fnorm_tensor_desc &x, uint32_t present) {
+  NormProblem v;
   v.dtype = x.dtype;
+  v.out_dtype = x.dtype;
   v.axis = resolve_axis(norm->begin_norm_axis, x.rank, "norm's begin_norm_axis");
-  const RowLayout l = packed_rows(x, v.axis, "x_desc");
+  const MatrixView l = packed_rows(x, v.axis, "x_desc");
   require_disjoint_rows(l, "x_desc", false);
   v.rows = l.rows;
   v.cols = l.cols;
   v.x_row_stride = l.row_stride;
+  v.mode = norm->mode;
+  v.flags = norm->flags;
+  const float eps = static_cast<float>(norm->epsilon);
+  std::memcpy(&v.eps_bits, &eps, sizeof eps);
+  v.present = present;
   return v;
 }
 
 // Row stride of an output (or second input) described like x.
-int64_t other_row_stride(const fnorm_tensor_desc &d, const fnorm_tensor_desc &x, const RowView &v,
+int64_t other_row_stride(const fnorm_tensor_desc &d, const fnorm_tensor_desc &x, const NormProblem &v,
                          const char *arg, bool output) {
   require_same_sizes(d, arg, x, "x_desc");
-  const RowLayout l = packed_rows(d, v.axis, arg);
+  const MatrixView l = packed_rows(d, v.axis, arg);
   require_disjoint_rows(l, arg, output);
   return l.row_stride;
 }
 
-}  // namespace
-
-RowView check_norm_fwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
-                             const fnorm_tensor_desc *y_desc) {
-  FNORM_REQUIRE_NOT_NULL(norm);
-  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
-  const fnorm_tensor_desc &y = require_set(y_desc, "y_desc");
-  require_same_sizes(y, "y_desc", x, "x_desc");
-  RowView v = view_of(norm, x);
-  v.y_row_stride = other_row_stride(y, x, v, "y_desc", true);
-  return v;
-}
-
-RowView check_norm_bwd_descs(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
-                             const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc) {
-  FNORM_REQUIRE_NOT_NULL(norm);
-  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
-  RowView v = view_of(norm, x);
-  v.y_row_stride = v.x_row_stride;
-  v.dx_row_stride = v.x_row_stride;
-  if (dy_desc != nullptr)
-    v.y_row_stride = other_row_stride(require_set(dy_desc, "dy_desc"), x, v, "dy_desc", false);
-  if (dx_desc != nullptr)
-    v.dx_row_stride = other_row_stride(require_set(dx_desc, "dx_desc"), x, v, "dx_desc", true);
-  return v;
-}
-
-bool check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *x_desc,
-                       const RowView &view, bool needed) {
-  if (!needed) return false;
+// The weight descriptor (gamma, beta and their gradients): its dtype.
+int32_t weight_dtype(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc &x, const NormProblem &view) {
   const fnorm_tensor_desc &w = require_set(w_desc, "w_desc");
-  const fnorm_tensor_desc &x = *x_desc;
   FNORM_REQUIRE(w.dtype == x.dtype || w.dtype == FNORM_DTYPE_FLOAT32, FNORM_STATUS_BAD_PARAM_SHAPE,
                 "argument 'w_desc': dtype %s must be x_desc's (%s) or FLOAT32", dtype_name(w.dtype),
                 dtype_name(x.dtype));
@@ -87,32 +77,122 @@ bool check_weight_desc(const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc 
                 "dimension of %lld); got rank %d with dims[0] = %lld",
                 static_cast<long long>(view.cols), w.rank, static_cast<long long>(w.dims[0]));
   (void)packed_rows(w, 0, "w_desc");
-  return w.dtype != x.dtype;
+  return w.dtype;
 }
 
-int choose_pack(const RowView &v, std::initializer_list<const void *> data,
+size_t param_bytes(const NormProblem &v) {
+  return v.param_dtype < 0 ? 0
+                           : checked_mul(static_cast<size_t>(v.cols),
+                                         dtype_size(static_cast<fnorm_dtype_t>(v.param_dtype)), "w_desc");
+}
+
+size_t stat_bytes(const NormProblem &v) { return checked_mul(static_cast<size_t>(v.rows), sizeof(float), "x_desc"); }
+
+size_t rows_bytes(const NormProblem &v, int64_t row_stride, fnorm_dtype_t t, const char *arg) {
+  return span_bytes(v.rows, v.cols, row_stride, dtype_size(t), arg);
+}
+
+}  // namespace
+
+NormProblem describe_norm_fwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *y_desc, uint32_t present) {
+  FNORM_REQUIRE_NOT_NULL(norm);
+  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
+  const fnorm_tensor_desc &y = require_set(y_desc, "y_desc");
+  require_same_sizes(y, "y_desc", x, "x_desc");
+  NormProblem v = problem_of(norm, x, present);
+  v.y_row_stride = other_row_stride(y, x, v, "y_desc", true);
+  v.out_dtype = y.dtype;
+  if (v.has(kNormGamma) || v.has(kNormBeta)) v.param_dtype = weight_dtype(w_desc, x, v);
+  return v;
+}
+
+NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_desc *x_desc,
+                              const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc,
+                              const fnorm_tensor_desc *w_desc, uint32_t present) {
+  FNORM_REQUIRE_NOT_NULL(norm);
+  const fnorm_tensor_desc &x = require_set(x_desc, "x_desc");
+  NormProblem v = problem_of(norm, x, present);
+  v.y_row_stride = v.x_row_stride;
+  v.dx_row_stride = v.x_row_stride;
+  if (dy_desc != nullptr)
+    v.y_row_stride = other_row_stride(require_set(dy_desc, "dy_desc"), x, v, "dy_desc", false);
+  if (dx_desc != nullptr) {
+    const fnorm_tensor_desc &dx = require_set(dx_desc, "dx_desc");
+    v.dx_row_stride = other_row_stride(dx, x, v, "dx_desc", true);
+    v.out_dtype = dx.dtype;
+  }
+  if (v.has(kNormGamma) || v.has(kNormDgamma) || v.has(kNormDbeta)) v.param_dtype = weight_dtype(w_desc, x, v);
+  return v;
+}
+
+void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const NormFwdArgs &a) {
+  if (pb.elements() != 0) {  // an empty tensor may come without memory (NULL)
+    require_not_null(a.x, "x");
+    require_not_null(a.y, "y");
+  }
+  FNORM_REQUIRE(!(pb.rms() && a.beta != nullptr), FNORM_STATUS_BAD_PARAM,
+                "argument 'beta' must be NULL: RMSNorm has no shift");
+  FNORM_REQUIRE(!(pb.rms() && a.mean != nullptr), FNORM_STATUS_BAD_PARAM,
+                "argument 'mean' must be NULL: RMSNorm saves only rrms (in 'rstd')");
+  FNORM_REQUIRE(a.sum == nullptr || a.residual != nullptr, FNORM_STATUS_BAD_PARAM,
+                "argument 'sum' is given without 'residual'");
+  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
+  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
+  const std::initializer_list<Buffer> buffers = {
+      input("x", a.x, data, pb.x_row_stride),
+      input("residual", a.residual, data, pb.x_row_stride),
+      input("gamma", a.gamma, params),
+      input("beta", a.beta, params),
+      output("sum", a.sum, data, pb.x_row_stride),
+      output("y", a.y, rows_bytes(pb, pb.y_row_stride, pb.out_dtype, "y_desc"), pb.y_row_stride),
+      output("mean", a.mean, stats),
+      output("rstd", a.rstd, stats)};
+  require_no_overlap(buffers, {{"y", "x"}, {"sum", "x"}, {"sum", "residual"}});
+  require_device_memory(h, buffers);
+}
+
+void check_norm_bwd_args(const fnorm_handle *h, const NormProblem &pb, const NormBwdArgs &a) {
+  if (pb.elements() != 0) {
+    require_not_null(a.x, "x");
+    require_not_null(a.dy, "dy");
+    require_not_null(a.dx, "dx");
+    require_not_null(a.rstd, "rstd");
+  }
+  if (pb.rms()) {
+    FNORM_REQUIRE(a.mean == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'mean' must be NULL for RMSNorm");
+    FNORM_REQUIRE(a.dbeta == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'dbeta' must be NULL: RMSNorm has no shift");
+  } else if (pb.elements() != 0) {
+    require_not_null(a.mean, "mean");
+  }
+  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
+  const size_t grads = rows_bytes(pb, pb.y_row_stride, pb.dtype, "dy_desc");
+  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
+  const std::initializer_list<Buffer> buffers = {
+      input("x", a.x, data, pb.x_row_stride),
+      input("dy", a.dy, grads, pb.y_row_stride),
+      input("dsum", a.dsum, grads, pb.y_row_stride),
+      input("mean", a.mean, stats),
+      input("rstd", a.rstd, stats),
+      input("gamma", a.gamma, params),
+      output("dx", a.dx, rows_bytes(pb, pb.dx_row_stride, pb.out_dtype, "dx_desc"), pb.dx_row_stride),
+      output("dgamma", a.dgamma, params),
+      output("dbeta", a.dbeta, params),
+      output("workspace", a.workspace, a.workspace_bytes)};
+  require_no_overlap(buffers, {{"dx", "dy"}, {"dx", "dsum"}});
+  require_device_memory(h, buffers);
+}
+
+int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
                 std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
                 bool param_f32) {
   const size_t elem = dtype_size(v.dtype);
-  return widest_pack(elem, [&](int p) {
+  return widest_pack(elem, kMaxPackBytes, [&](int p) {
     bool ok = v.cols % p == 0;
     for (int64_t s : strides) ok = ok && (v.rows == 1 || s % p == 0);
     const size_t param_align = param_f32 ? 4 * static_cast<size_t>(std::min(p, 4)) : p * elem;
     return ok && all_aligned(data, p * elem) && all_aligned(params, param_align);
   });
-}
-
-Span row_span(const char *name, const void *p, const RowView &v, int64_t row_stride) {
-  return {name, p, p == nullptr ? 0 : span_bytes(v.rows, v.cols, row_stride, dtype_size(v.dtype), name),
-          row_stride};
-}
-
-size_t param_vector_bytes(const RowView &v, bool param_f32) {
-  return checked_mul(static_cast<size_t>(v.cols), param_f32 ? sizeof(float) : dtype_size(v.dtype), "w_desc");
-}
-
-size_t row_stat_bytes(const RowView &v) {
-  return checked_mul(static_cast<size_t>(v.rows), sizeof(float), "x_desc");
 }
 
 }  // namespace fnorm

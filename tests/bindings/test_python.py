@@ -125,7 +125,7 @@ class Host(unittest.TestCase):
 
     def test_errors_name_the_argument(self):
         with self.assertRaises(fn.FusedNormError) as cm:
-            fn.TensorDesc(fn.DType.FLOAT16, [4, 0])
+            fn.TensorDesc(fn.DType.FLOAT16, [4, -1])
         self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
         self.assertIn("dims[1]", str(cm.exception))
         with self.assertRaises(fn.FusedNormError) as cm:
@@ -258,6 +258,66 @@ class WorkspaceQueries(unittest.TestCase):
 
     def test_handle_device(self):
         self.assertGreaterEqual(self.h.device, 0)
+
+
+class EmptyTensors(unittest.TestCase):
+    """A tensor with a zero dimension is valid (api/fusednorm.h, "Empty
+    tensors"): its descriptor holds 0 elements; with a device, the size
+    queries answer 0 and a launch over it (NULL data pointers, as an empty
+    torch tensor's) returns SUCCESS. Launches that write zeros (dgamma over
+    zero rows) are checked on the GPU by tests/gpu/test_empty.cpp and the
+    Rust and Go bindings' tests."""
+
+    def test_descriptor(self):
+        for dims in ([0, 768], [4, 0], [2, 0, 3]):
+            with self.subTest(dims=dims):
+                d = fn.TensorDesc(fn.DType.BFLOAT16, dims)
+                self.assertEqual(d.elements, 0)
+                self.assertEqual(d.get()[1], dims)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.TensorDesc(fn.DType.BFLOAT16, [0, -2])
+        self.assertIn("dims[1]", str(cm.exception))
+
+    def test_queries_and_launches(self):
+        h = handle_or_skip(self)
+        x = fn.TensorDesc(fn.DType.FLOAT16, [0, 768])
+        w = fn.TensorDesc(fn.DType.FLOAT16, [768])
+        for mode in fn.NormMode:
+            with self.subTest(mode=mode):
+                nd = fn.NormDesc(mode)
+                self.assertEqual(fn.norm_fwd_workspace_size(h, nd, x, x), 0)
+                self.assertEqual(fn.norm_bwd_workspace_size(h, nd, x, w), 0)
+                st = fn.lib.fnorm_norm_fwd(h.ptr, None, nd.ptr, x.ptr, None, None, None, None, None, None,
+                                           x.ptr, None, None, None, None, 0)
+                self.assertEqual(st, fn.Status.SUCCESS, fn.last_error_message())
+                st = fn.lib.fnorm_norm_bwd(h.ptr, None, nd.ptr, x.ptr, None, x.ptr, None, None, None,
+                                           None, None, None, x.ptr, None, None, None, None, 0)
+                self.assertEqual(st, fn.Status.SUCCESS, fn.last_error_message())
+        bx = fn.TensorDesc(fn.DType.FLOAT16, [0, 8, 3, 3])
+        bn = fn.BatchNormDesc()
+        out = ctypes.c_size_t(99)
+        for q in ("fnorm_batchnorm_fwd_train_workspace_size", "fnorm_batchnorm_fwd_infer_workspace_size",
+                  "fnorm_batchnorm_bwd_workspace_size", "fnorm_batchnorm_reserve_space_size"):
+            with self.subTest(query=q):
+                out.value = 99
+                fn.check(getattr(fn.lib, q)(h.ptr, bn.ptr, bx.ptr, ctypes.byref(out)))
+                self.assertEqual(out.value, 0)
+        st = fn.lib.fnorm_batchnorm_fwd_train(h.ptr, None, bn.ptr, bx.ptr, None, None, None, None, None, None,
+                                              None, bx.ptr, None, None, None, None, 0, None, 0)
+        self.assertEqual(st, fn.Status.SUCCESS, fn.last_error_message())
+        # The arguments that stay meaningful are still checked.
+        st = fn.lib.fnorm_batchnorm_fwd_infer(h.ptr, None, bn.ptr, bx.ptr, None, None, None, None, None, None,
+                                              bx.ptr, None, None, 0)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("running_mean", fn.last_error_message())
+        from fusednorm import linear as fl
+        try:
+            ld = fl.LinearDesc(fl.LinearEpilogue.BIAS)
+        except fn.FusedNormError as e:
+            self.skipTest(f"no cuBLASLt: {e}")
+        lx, lw, ly = (fn.TensorDesc(fn.DType.FLOAT16, d) for d in ([0, 32], [32, 48], [0, 48]))
+        self.assertEqual(fl.linear_fwd_workspace_size(h, ld, lx, lw, ly), 0)
+        self.assertEqual(fl.linear_bwd_workspace_size(h, ld, lx, lw, ly), 0)
 
 
 if __name__ == "__main__":

@@ -628,7 +628,7 @@ int main() {
         run_case(ctx, c);
       }
     }
-    // Backward: every tier (warp, block registers, column tiles), both norms.
+    // Backward: every tier (rows, warp, block registers, column tiles), both norms.
     for (bool rms : {false, true}) {
       for (int64_t cols : bwd_cols) {
         for (int64_t rows : bwd_rows) {
@@ -639,6 +639,13 @@ int main() {
         }
       }
       if (!quick) run_bwd_case(ctx, {dt, 4096, 1024, rms, true, false, false, false, 0});
+      // Rows tier: several row groups per block with the last step part
+      // empty (4099 rows in groups of 4 at 2048 columns), one group of 1024
+      // threads striding over many rows (1029 x 8192).
+      if (!quick) {
+        run_bwd_case(ctx, {dt, 4099, 2048, rms, true, dt != FNORM_DTYPE_FLOAT32, true, true, 0});
+        run_bwd_case(ctx, {dt, 1029, 8192, rms, true, false, false, false, 0});
+      }
       run_bwd_case(ctx, {dt, 3, 100000, rms, true, false, false, true, 0});
     }
     std::printf("%s: %s\n", dtype_str(dt), ctx.failures == before ? "all cases match" : "FAILURES");

@@ -74,8 +74,8 @@ void test_tensor_desc() {
   CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, nullptr, nullptr),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(last_error_mentions("'dims'"));
-  const int64_t zero[2] = {3, 0};
-  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, zero, nullptr), FNORM_STATUS_BAD_PARAM);
+  const int64_t negative[2] = {3, -1};
+  CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 2, negative, nullptr), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("dims[1]"));
   const int64_t huge[3] = {int64_t{1} << 40, int64_t{1} << 30, 2};
   CHECK_STATUS(fnorm_tensor_desc_set(t.d, FNORM_DTYPE_FLOAT16, 3, huge, nullptr), FNORM_STATUS_BAD_PARAM);
@@ -189,7 +189,7 @@ void test_workspace_query_and_validation() {
   // Row dimensions that collapse (a slice with padded rows) are accepted ...
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 768}, {8 * 1024, 1024, 1});
   CHECK_STATUS(fnorm_norm_fwd_workspace_size(fake, n.d, x.d, y.d, &ws), FNORM_STATUS_SUCCESS);
-  fnorm::RowView v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
+  fnorm::NormProblem v = fnorm::describe_norm_fwd(n.d, x.d, nullptr, y.d, 0);
   CHECK_EQ(v.rows, 32);
   CHECK_EQ(v.cols, 768);
   CHECK_EQ(v.x_row_stride, 1024);
@@ -210,11 +210,11 @@ void test_workspace_query_and_validation() {
 
   // begin_norm_axis = -2 normalizes the last two dimensions together.
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -2, 1e-5);
-  v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
+  v = fnorm::describe_norm_fwd(n.d, x.d, nullptr, y.d, 0);
   CHECK_EQ(v.rows, 4);
   CHECK_EQ(v.cols, 8 * 768);
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 0, 1e-5);
-  v = fnorm::check_norm_fwd_descs(n.d, x.d, y.d);
+  v = fnorm::describe_norm_fwd(n.d, x.d, nullptr, y.d, 0);
   CHECK_EQ(v.rows, 1);
   CHECK_EQ(v.cols, 4 * 8 * 768);
   fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, -4, 1e-5);
@@ -301,16 +301,16 @@ bool dtype_built(fnorm_dtype_t dtype) {
   return false;
 }
 
-fnorm::NormFwdPlan plan_fwd(const fnorm::RowView &v, const void *x, const void *y, const void *g,
+fnorm::NormFwdPlan plan_fwd(const fnorm::NormProblem &v, const void *x, const void *y, const void *g,
                             const void *b, const fnorm::DeviceInfo &dev, bool rms = false) {
   const int pack = fnorm::choose_pack(v, {x, y}, {v.x_row_stride, v.y_row_stride}, {g, b}, false);
   // No device: the planner stops before the occupancy-based hand-off.
-  return fnorm::plan_norm_fwd(v, pack, fnorm::LaunchContext{dev, nullptr, nullptr}, rms);
+  return fnorm::plan_norm_fwd(v, pack, fnorm::DeviceContext{dev, nullptr}, rms);
 }
 
 void test_plan() {
   alignas(16) static unsigned char buf[256];
-  fnorm::RowView v;
+  fnorm::NormProblem v;
   v.dtype = FNORM_DTYPE_FLOAT16;
   v.rows = 49152;
   fnorm::DeviceInfo dev;  // an H200
@@ -377,11 +377,13 @@ void test_plan() {
     }
   }
   // Group width: 4 packs per lane when rows fill the GPU, wider when they do not.
+  fnorm::NormFwdPlan pl;
+  if (dtype_built(FNORM_DTYPE_FLOAT16)) {
   v.dtype = FNORM_DTYPE_FLOAT16;
   v.cols = 256;  // 32 packs of 8
   v.x_row_stride = v.y_row_stride = 256;
   v.rows = 1 << 20;
-  fnorm::NormFwdPlan pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
+  pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
   CHECK_EQ(pl.width_log2, 3);
   CHECK_EQ(pl.npack, 4);
   v.rows = 7;
@@ -394,6 +396,7 @@ void test_plan() {
   pl = plan_fwd(v, buf, buf, nullptr, nullptr, dev);
   CHECK_EQ(pl.width_log2, 2);
   CHECK_EQ(pl.npack, 1);
+  }
   v.rows = 49152;
   // RMSNorm at 128-256 packs of 16 bytes: a block per row, one pack per
   // thread; LayerNorm from 128 packs of 16 bytes, and longer rows, a block
@@ -427,7 +430,7 @@ void test_plan() {
   // an SM, or 2-3 with at least 8 rows per resident block; never at one
   // block per SM (an SM would idle while its next block starts).
   {
-    fnorm::RowView g = v;
+    fnorm::NormProblem g = v;
     g.rows = 16384;
     CHECK(fnorm::fwd_grid_per_row(g, 8, dev));
     CHECK(fnorm::fwd_grid_per_row(g, 4, dev));
@@ -446,17 +449,19 @@ void test_plan() {
   v.cols = 1024;
   v.x_row_stride = 1028;
   v.y_row_stride = 1024;
-  CHECK_EQ(plan_fwd(v, buf, buf, nullptr, nullptr, smem).pack, 4);
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {v.x_row_stride, v.y_row_stride}, {}, false), 4);
   // Misaligned gamma narrows it too.
   v.x_row_stride = 1024;
-  CHECK_EQ(plan_fwd(v, buf, buf, buf + 2, nullptr, smem).pack, 1);
+  CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {v.x_row_stride, v.y_row_stride}, {buf + 2}, false), 1);
   // fp32 parameters with 16-bit data need only 16-byte alignment for pack 8.
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, true), 8);
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 8}, true), 2);
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, false), 8);
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf + 2}, {1024, 1024}, {}, false), 1);
 
-  // Backward tiers: registers while a row fits, else column tiles.
+  // Backward tiers: rows of 16-byte packs that 128..1024 threads hold at 8
+  // values each take the rows tier; other rows registers while a row fits,
+  // else column tiles.
   struct BwdCase {
     fnorm_dtype_t dtype;
     int64_t cols;
@@ -466,15 +471,23 @@ void test_plan() {
   const BwdCase bcases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
       {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 2048, 8, fnorm::Tier::BlockRegisters},
-      {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::Warp},  // 96 threads: narrower than the rows tier
+      {FNORM_DTYPE_FLOAT16, 1000, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 1024, 4, fnorm::Tier::Warp},  // 8-byte packs: no rows tier
+      {FNORM_DTYPE_FLOAT16, 2048, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 8192, 8, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT16, 8200, 8, fnorm::Tier::BlockRegisters},  // 1025 packs
       {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 16384, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 32768, 8, fnorm::Tier::ColumnTiled},
-      {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRegisters},
+      {FNORM_DTYPE_FLOAT32, 1024, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 8192, 4, fnorm::Tier::BlockRows},
+      {FNORM_DTYPE_FLOAT32, 16384, 4, fnorm::Tier::ColumnTiled},  // no cluster without sm_90 here
       {FNORM_DTYPE_FLOAT32, 100000, 4, fnorm::Tier::ColumnTiled},
       {FNORM_DTYPE_BFLOAT16, 33, 1, fnorm::Tier::Warp},
+      {FNORM_DTYPE_BFLOAT16, 4096, 8, fnorm::Tier::BlockRows},
   };
   v.rows = 49152;
   for (const BwdCase &c : bcases) {
@@ -491,6 +504,23 @@ void test_plan() {
       CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
     }
+    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, 8 values per thread, none idle
+      CHECK(bp.block_threads >= 128 && bp.block_threads <= 1024 && bp.block_threads % 32 == 0);
+      CHECK_EQ(bp.npack * c.pack, 8);
+      CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
+      CHECK(int64_t{bp.block_threads - 32} * bp.npack * c.pack < c.cols);
+    }
+  }
+  // The rows tier needs a ring of two stages in shared memory: a device
+  // with less goes to the other tiers.
+  if (dtype_built(FNORM_DTYPE_FLOAT32)) {
+    fnorm::DeviceInfo small = dev;
+    small.max_smem_optin = 48 * 1024;
+    v.dtype = FNORM_DTYPE_FLOAT32;
+    v.cols = 8192;  // 1024 threads x 2 packs of 16 bytes x 2 tensors x 2 stages = 128 KiB
+    CHECK(fnorm::plan_norm_bwd_tier(v, 4, small).tier != fnorm::Tier::BlockRows);
+    v.cols = 1024;
+    CHECK(fnorm::plan_norm_bwd_tier(v, 4, small).tier == fnorm::Tier::BlockRows);
   }
   // sm_90, many rows: a cluster of two blocks per row, then column tiles;
   // few rows: column tiles.
@@ -526,13 +556,13 @@ void test_dispatch_table() {
   CHECK(fnorm::kNormBwdInstanceCount > 0);
   for (size_t i = 0; i < fnorm::kNormBwdInstanceCount; ++i) {
     const fnorm::NormBwdInstance &e = fnorm::kNormBwdInstances[i];
-    CHECK(e.launch != nullptr && e.grid != nullptr);
+    CHECK(e.launch != nullptr && e.shape != nullptr);
     CHECK((e.tier == fnorm::Tier::ColumnTiled) == (e.npack == 0));
     CHECK(std::string(e.name).find("norm_bwd_") == 0);
   }
   for (size_t i = 0; i < fnorm::kNormFwdInstanceCount; ++i) {
     const fnorm::NormFwdInstance &e = fnorm::kNormFwdInstances[i];
-    CHECK(e.launch != nullptr);
+    CHECK(e.launch != nullptr && e.shape != nullptr);
     CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
     CHECK((e.tier == fnorm::Tier::Warp || e.tier == fnorm::Tier::BlockRegisters) == (e.npack > 0));
     const std::string name = e.name;
@@ -563,7 +593,7 @@ void test_create_without_device() {
 // the argument), never wrapped around (issue 16: one row of 2^62 columns
 // answered 256 bytes of backward workspace).
 void test_size_overflow() {
-  fnorm::RowView v;
+  fnorm::NormProblem v;
   v.rows = 1;
   v.cols = int64_t{1} << 62;
   v.x_row_stride = v.y_row_stride = v.dx_row_stride = v.cols;

@@ -271,6 +271,7 @@ void test_sync_desc() {
 void test_auto() {
   using fnorm::BnPass;
   Desc x;
+  Bn defaults;
   auto view = [&](fnorm_dtype_t t, std::vector<int64_t> dims, bool cl) {
     std::vector<int64_t> st(dims.size());
     if (cl) {  // C fastest, then the spatial dims from the last, then N
@@ -285,11 +286,11 @@ void test_auto() {
       st.clear();
     }
     CHECK_STATUS(x.set(t, dims, st), FNORM_STATUS_SUCCESS);
-    return fnorm::bn_view(x.d, "x_desc");
+    return fnorm::describe_bn(BnPass::FwdTrain, defaults.d, x.d);
   };
   // The rule (bn_plan.cpp): C = 64 with spatial dimensions, fp16/bf16
   // channels-last, 1 MiB .. 2x the L2. H200: 60 MiB L2; H100: 50 MiB.
-  const fnorm::BnAutoDevice h200{60ll << 20}, h100{50ll << 20}, none{};
+  const int64_t h200 = 60ll << 20, h100 = 50ll << 20, none = 0;
   const auto f16 = FNORM_DTYPE_FLOAT16;
   for (BnPass p : {BnPass::FwdTrain, BnPass::Bwd}) {
     CHECK(fnorm::bn_auto_prefers_cudnn(view(f16, {128, 64, 56, 56}, true), p, h200));
@@ -324,7 +325,8 @@ void test_auto() {
   CHECK_EQ(a, n);
   CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, automatic.d, x.d, &rs), FNORM_STATUS_SUCCESS);
   CHECK_EQ(rs, static_cast<size_t>(0));
-  CHECK(h->cudnn == nullptr);  // a size query never creates cuDNN's state
+  for (int i = 0; i < fnorm::OpStates::kSlots; ++i)
+    CHECK(h->states.find(i) == nullptr);  // a size query never creates cuDNN's state
   // With an epilogue AUTO is NATIVE: its mask.
   fnorm_batchnorm_desc_set(automatic.d, FNORM_BN_EPILOGUE_RELU, 1e-5, FNORM_BN_AVERAGE_EXPONENTIAL, 0.1);
   CHECK_STATUS(fnorm_batchnorm_reserve_space_size(h, automatic.d, x.d, &rs), FNORM_STATUS_SUCCESS);

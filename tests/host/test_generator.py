@@ -24,6 +24,8 @@ class InstanceListTest(unittest.TestCase):
         self.assertIn("norm_fwd_f16_p8_block_n4", names)
         self.assertIn("norm_bwd_f16_p8_block_n2", names)
         self.assertIn("norm_bwd_bf16_p2_tiled", names)
+        self.assertIn("norm_bwd_bf16_p8_rows_n1", names)
+        self.assertIn("norm_bwd_f32_p4_rows_n2", names)
 
     def test_packs_never_exceed_16_bytes(self):
         for i in instances.all_instances():
@@ -31,7 +33,10 @@ class InstanceListTest(unittest.TestCase):
 
     def test_register_tier_bounds(self):
         for i in instances.all_instances():
-            if i.tier in ("warp", "block"):
+            if i.tier == "rows":  # 8 values per thread, 16-byte packs
+                self.assertEqual(i.npack * i.pack, instances.BWD_ROWS_VALUES_PER_THREAD)
+                self.assertEqual(i.pack * instances.DTYPES[i.dtype][2], instances.MAX_PACK_BYTES)
+            elif i.tier in ("warp", "block"):
                 self.assertGreaterEqual(i.npack, 1)
                 if i.op == "norm_fwd":
                     self.assertLessEqual(i.npack * i.pack, instances.WARP_MAX_ELEMS_PER_THREAD)
@@ -53,7 +58,10 @@ class InstanceListTest(unittest.TestCase):
                 fwd = [i for i in insts if i.op == "norm_fwd" and i.dtype == dt and i.pack == pack]
                 bwd = [i for i in insts if i.op == "norm_bwd" and i.dtype == dt and i.pack == pack]
                 self.assertEqual({i.tier for i in fwd}, set(instances.TIERS), (dt, pack))
-                self.assertEqual({i.tier for i in bwd}, set(instances.BWD_TIERS), (dt, pack))
+                wide = pack * instances.DTYPES[dt][2] == instances.MAX_PACK_BYTES
+                self.assertEqual({i.tier for i in bwd},
+                                 set(instances.BWD_TIERS) | (set(instances.BWD_WIDE_TIERS) if wide else set()),
+                                 (dt, pack))
                 npacks = {i.npack for i in fwd if i.tier == "warp"}
                 self.assertIn(1, npacks)
                 # the register tier reaches 32 elements per thread
@@ -104,13 +112,14 @@ class RenderTest(unittest.TestCase):
             self.assertIn(generate.BANNER, table)
             insts = [i for i in instances.all_instances(["f16"]) if i.op == "norm_fwd"]
             for idx, i in enumerate(insts):
-                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}, \"{i.name}\"}}", table)
+                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, \"{i.name}\"}}", table)
             cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_fwd<__half,"), len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(insts))
             bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
             cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))
-            self.assertEqual(cu.count("grid_norm_bwd<__half,"), len(bwd))
+            self.assertEqual(cu.count("shape_norm_bwd<__half,"), len(bwd))
 
     def test_config_header_carries_the_tables_constants(self):
         # The runtime reads the tier enum and the pack / register limits from

@@ -4,8 +4,8 @@
 // epilogue and dtype, fp32 with and without TF32; misaligned pointers (one
 // element off), padded row strides, a rank-3 x; the library's own epilogue
 // kernels (FNORM_LINEAR_UNFUSED handle) beside cuBLASLt's fused ones; the
-// A/B hooks' handles (legacy: cuBLASLt's aux epilogues, the first dz kernel,
-// GEMMs at n = 1; own: our activation passes everywhere); n = 1 with k over
+// A/B hooks' handles (legacy: cuBLASLt's aux epilogues and GEMMs at n = 1;
+// own: our activation passes everywhere); n = 1 with k over
 // several column tiles; the aux our passes write against cuBLASLt's, bit for
 // bit (run_aux_format); two threads on two handles and on one handle.
 // Fresh random inputs every run
@@ -691,8 +691,9 @@ int main() {
   Ctx ctx;
   ctx.seed = test_seed();
   CHECK_STATUS(fnorm_create(&ctx.fused), FNORM_STATUS_SUCCESS);
-  // The library reads FNORM_LINEAR_UNFUSED when a handle first uses the
-  // layer: a second handle created with it set takes the unfused paths.
+  // The library reads FNORM_LINEAR_UNFUSED when a handle is created
+  // (core/tuning.hpp): a second handle created with it set takes the
+  // unfused paths.
   setenv("FNORM_LINEAR_UNFUSED", "1", 1);
   CHECK_STATUS(fnorm_create(&ctx.unfused), FNORM_STATUS_SUCCESS);
   {
@@ -704,9 +705,8 @@ int main() {
   }
   unsetenv("FNORM_LINEAR_UNFUSED");
   // The legacy handle: cuBLASLt's *_AUX_BIAS epilogues in the training
-  // forward, the first dz kernel, the GEMMs at n = 1 (the A/B hooks).
+  // forward, the GEMMs at n = 1 (the A/B hooks).
   setenv("FNORM_LINEAR_FWD_AUX", "lt", 1);
-  setenv("FNORM_LINEAR_LEGACY_BWD", "1", 1);
   setenv("FNORM_LINEAR_NO_N1", "1", 1);
   CHECK_STATUS(fnorm_create(&ctx.legacy), FNORM_STATUS_SUCCESS);
   {
@@ -714,7 +714,6 @@ int main() {
     c.legacy = true;
     run_case(ctx, c);
   }
-  unsetenv("FNORM_LINEAR_LEGACY_BWD");
   unsetenv("FNORM_LINEAR_NO_N1");
   // The own handle: our activation passes wherever they apply.
   setenv("FNORM_LINEAR_FWD_AUX", "own", 1);

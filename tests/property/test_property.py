@@ -31,7 +31,7 @@ FNORM_PROPERTY_SEED=N repeats a run (the seed is printed first; each
 failure prints the line that reruns it alone); FNORM_PROPERTY_CASES (default
 1000; about 20 s on an H200 host) sets the number of random cases,
 which follow pinned ones (negative case numbers: PINNED_LINEAR,
-PINNED_NORM); FNORM_PROPERTY_CASE=i runs case i only.
+PINNED_NORM, PINNED_ONE_COLUMN); FNORM_PROPERTY_CASE=i runs case i only.
 Exit 77 (skip) without PyTorch or a GPU; 1 when a case fails.
 """
 from __future__ import annotations
@@ -101,6 +101,13 @@ PINNED_LINEAR = [(64, 17, 3), (1000, 64, 17), (3, 1000, 64), (17, 3, 1000), (64,
 # overwrote one of them); and the same with a separate sum, which was right.
 PINNED_NORM = [(fn.NormMode.LAYERNORM, FP32, 4, 131072, "x"), (fn.NormMode.RMSNORM, FP16, 4, 131072, "res"),
                (fn.NormMode.LAYERNORM, BF16, 3, 70001, "res"), (fn.NormMode.LAYERNORM, FP32, 4, 131072, "given")]
+# LayerNorm over one column: y = beta whatever x is, so dx must be exactly 0
+# (plus dsum). Random cases against PyTorch found fp32 [4097, 1] at 3.05e-3
+# and [1, 1] with values near 300, a column of a wider tensor, at 7.4e-5:
+# the rounding error of rstd * dy * gamma (rstd = 1 / sqrt(eps) there).
+# (dtype, rows, values near, dy scale)
+PINNED_ONE_COLUMN = [(FP32, 4097, None, 100.0), (FP32, 1, 300.0, 1.0), (BF16, 1, 300.0, 1.0),
+                     (FP16, 4097, None, 10.0), (BF16, 4097, 300.0, 100.0)]
 
 
 class Failure(Exception):
@@ -326,6 +333,8 @@ def norm_case(r: random.Random, pinned=None) -> str:
     td = NORM_DX_TOL[dtype]
     cond_dx = COND_K * EPS32 * kappa * rs * gg.abs().amax(1, keepdim=True)
     check("dx", dx.reshape(rows, cols), dx_ref, td + td * dx_ref.abs() + cond_dx)
+    if ln and cols == 1:
+        exact_one_column(dx, dsum0)
     tw = NORM_DW_TOL[wdt if (w is not None or b is not None) else dtype]
     if dgamma is not None:
         ref = (gy * xh).sum(0)
@@ -335,6 +344,45 @@ def norm_case(r: random.Random, pinned=None) -> str:
         ref = gy.sum(0)
         check("dbeta", dbeta.reshape(cols), ref, tw * math.sqrt(rows) + tw * ref.abs())
     return desc
+
+
+def exact_one_column(dx, dsum0) -> None:
+    """LayerNorm over one column: dx is exactly dsum (0 without it)."""
+    want = torch.zeros_like(dx) if dsum0 is None else dsum0.reshape(dx.shape)
+    bad = ~(dx == want)
+    if bool(bad.any()):
+        i = tuple(bad.nonzero()[0].tolist())
+        raise Failure(f"dx over one column: {int(bad.sum())} of {dx.numel()} elements are not exactly "
+                      f"{'dsum' if dsum0 is not None else 0}, first at {list(i)}: {dx[i].item():.6g}")
+
+
+def one_column_case(r: random.Random, pinned) -> str:
+    """PINNED_ONE_COLUMN: x as given (near a large value: a column of a
+    wider tensor), statistics from the library's forward, dx checked exact."""
+    dtype, rows, near, dy_scale = pinned
+    g = torch.Generator(device=DEV).manual_seed(r.getrandbits(62))
+    if near is None:
+        x = (2 * torch.randn(rows, 1, generator=g, device=DEV) + 1).to(dtype)
+    else:
+        x = (near + torch.randn(rows, 8, generator=g, device=DEV)).to(dtype)[:, 3:4]
+    w = (torch.rand(1, generator=g, device=DEV) + 0.5).to(dtype)
+    b = (torch.rand(1, generator=g, device=DEV) - 0.5).to(dtype)
+    CASE["desc"] = f"LN one column {NAMES[dtype]} x[{rows}, 1] near {near} dy x{dy_scale}"
+    mean_out = torch.full((rows,), float("nan"), device=DEV)
+    rstd_out = torch.full((rows,), float("nan"), device=DEV)
+    y = fn.layer_norm(x, w, b, 1e-5, mean_out=mean_out, rstd_out=rstd_out)
+    torch.cuda.synchronize()
+    check("y", y, b.double().expand(rows, 1), NORM_FWD_TOL[dtype] * (1 + b.double().abs()))
+    dy = (dy_scale * torch.randn(rows, 1, generator=g, device=DEV)).to(dtype)
+    dx, dgamma, dbeta = fn.norm_backward(fn.NormMode.LAYERNORM, dy, x, mean_out, rstd_out, w)
+    torch.cuda.synchronize()
+    exact_one_column(dx, None)
+    # dgamma = sum dy * x_hat = 0 (x_hat is exactly 0); dbeta = sum dy.
+    check("dgamma", dgamma, torch.zeros(1, dtype=torch.float64, device=DEV), 0.0)
+    ref = dy.double().sum(0)
+    tw = NORM_DW_TOL[dtype]
+    check("dbeta", dbeta, ref, tw * math.sqrt(rows) * dy_scale + tw * ref.abs())
+    return CASE["desc"]
 
 
 # ---------------------------------------------------------------------------
@@ -640,7 +688,8 @@ def main() -> int:
     per_op = {name: [0, 0, 0] for name, _ in OPS}
     t0 = time.time()
     pinned = [("linear", lambda r, p=p: linear_case(r, p)) for p in PINNED_LINEAR] + \
-             [("norm", lambda r, p=p: norm_case(r, p)) for p in PINNED_NORM]
+             [("norm", lambda r, p=p: norm_case(r, p)) for p in PINNED_NORM] + \
+             [("norm", lambda r, p=p: one_column_case(r, p)) for p in PINNED_ONE_COLUMN]
     indices = [int(ONLY)] if ONLY is not None else range(-len(pinned), N_CASES)
     verbose = ONLY is not None or bool(os.environ.get("FNORM_PROPERTY_VERBOSE"))
     for i in indices:

@@ -100,14 +100,14 @@ def _register_fakes() -> None:
     lib = torch.library
 
     @lib.register_fake("fusednorm::norm_fwd")
-    def _norm_fwd(x, weight, bias, mode, axis, eps):
+    def _norm_fwd(x, weight, bias, mode, axis, eps, flags=0):
         rows = math.prod(x.shape[:axis])
         f32 = dict(dtype=torch.float32, device=x.device)
         mean = x.new_empty((rows,), **f32) if mode == 0 else x.new_empty((0,), **f32)
         return torch.empty_like(x), mean, x.new_empty((rows,), **f32)
 
     @lib.register_fake("fusednorm::norm_bwd")
-    def _norm_bwd(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta):
+    def _norm_bwd(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags=0):
         w = weight if weight is not None else bias
         dg = torch.empty_like(w, memory_format=torch.contiguous_format) \
             if need_dgamma and weight is not None else x.new_empty((0,))
@@ -116,7 +116,7 @@ def _register_fakes() -> None:
         return torch.empty_like(x), dg, db
 
     @lib.register_fake("fusednorm::norm")
-    def _norm(x, weight, bias, mode, axis, eps):
+    def _norm(x, weight, bias, mode, axis, eps, flags=0):
         return torch.empty_like(x)
 
     def _reserve_bytes(x, epilogue, eps, momentum, comm, sync_flags):

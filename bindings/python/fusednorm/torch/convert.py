@@ -49,6 +49,8 @@ def swap(model: nn.Module, linear: bool = True) -> nn.Module:
         mod.__class__ = new
         if new in _BN or new is M.Linear:
             mod.activation = None
+        else:
+            mod.zero_centered = False
     return model
 
 

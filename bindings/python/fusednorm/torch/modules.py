@@ -1,45 +1,86 @@
 """torch.nn modules on libfusednorm's kernels: each a subclass of the module
 it replaces (same parameters, buffers and state_dict keys; load_state_dict
-works both ways), calling the C++ ops of csrc/ops.cpp when the library takes
-the case and torch.nn.functional otherwise (CPU tensors, dtypes or dtype
-mixes it refuses, the ops not built), with the same results.
+works both ways; torch's constructor and forward signatures), with the same
+results as torch.nn where the library does not take the case.
+
+A call goes one of two ways:
+- eager (the usual case): one call of the C++ extension's entry point with the
+  module's tensors, which runs the op and returns its output, or returns None
+  where the module's Python path must run;
+- the Python path: torch.compile and torch.export (the registered
+  torch.ops.fusednorm ops, with fake kernels and autocast rules), FX symbolic
+  tracing (the module records itself as one call_module node, as torch.nn's
+  modules are leaves of FX's tracer), ONNX export and TorchScript tracing
+  (torch.nn.functional's ops, which export as standard ONNX operators),
+  functorch transforms, layouts that need a copy (and RMSNorm's channels-last
+  output), empty tensors and every case the library refuses (CPU tensors,
+  dtypes, parameter dtype mixes): torch.nn.functional, as torch.nn does.
+
+Empty inputs never reach the library: torch.nn's own path returns torch's
+empty output and keeps torch's running-statistics behaviour (BatchNorm counts
+the batch in num_batches_tracked and leaves the running averages).
+
+Autocast follows torch's rules for each op: LayerNorm computes and returns
+float32 (layer_norm is on autocast's fp32 list), Linear runs in the autocast
+dtype, RMSNorm and BatchNorm in the input's dtype.
+
+Double backward (create_graph=True) differentiates torch's formula for the
+op, recomputed from the saved inputs: a gradient penalty or a Hessian-vector
+product gets real second derivatives, never None.
 """
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
+from torch.nn import init
 
 from . import _ops
 
 __all__ = ["LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_F32 = torch.float32
 _ON = _ops.available()
-# Eager calls go straight to the extension's functions (pybind11: the
-# autograd function and kernel, no torch.ops argument parsing: several
-# microseconds a call); under torch.compile the registered ops, which Dynamo
-# and AOTAutograd trace with their fake implementations.
+_Proxy = torch.fx.Proxy
 _compiling = torch.compiler.is_compiling
 if _ON:
-    _norm_op = torch.ops.fusednorm.norm.default
-    _batch_norm_op = torch.ops.fusednorm.batch_norm.default
-    _bn_infer_op = torch.ops.fusednorm.bn_fwd_infer.default
-    _linear_op = torch.ops.fusednorm.linear.default
-    _norm_ext, _batch_norm_ext, _bn_infer_ext, _linear_ext = (_ops.ext.norm, _ops.ext.batch_norm, _ops.ext.bn_infer,
-                                                              _ops.ext.linear)
+    _ext_norm, _ext_bn, _ext_linear = _ops.ext.norm, _ops.ext.bn, _ops.ext.linear
 
 _LAYERNORM, _RMSNORM = 0, 1
+_ZERO_CENTERED = 1  # fnorm_norm_flag_t FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
 _EPI_NONE, _EPI_RELU, _EPI_ADD_RELU = 0, 1, 2
 _ACTS = {None: 0, "relu": 1, "gelu_tanh": 2}
+
+
+def _torch_only() -> bool:
+    """torch's own operators must run: ONNX export (they translate to standard
+    ONNX operators), a TorchScript trace (it records only ATen operators), a
+    functorch transform (vmap, grad: no rules for the custom ops)."""
+    return (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
+            or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def _fx_call(module, args):
+    """Under torch.fx symbolic tracing: the module recorded as one call_module
+    node (what FX's tracer does for torch.nn's modules, its leaves), so the
+    traced graph calls this module at run time. None when the module is the
+    traced root itself (its forward is then traced as torch.nn's is)."""
+    tracer = args[0].tracer
+    try:
+        path = tracer.path_of_module(module)
+    except NameError:
+        return None
+    if not path:
+        return None
+    return tracer.create_proxy("call_module", path, tuple(args), {})
 
 
 def _rowwise(x, axis):
     from .._core import _rowwise as rw
     return rw(x, axis)
-
-
-_F32 = torch.float32
 
 
 def _params_ok(w, b, x) -> bool:
@@ -51,35 +92,130 @@ def _params_ok(w, b, x) -> bool:
     return (p.dtype is x.dtype or p.dtype is _F32) and (w is None or b is None or w.dtype is b.dtype)
 
 
+def _channels_last_format(x):
+    """channels_last / channels_last_3d when x is laid out so (and not also
+    contiguous), else None."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if x.dim() == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return None
+
+
+class _Relayout(torch.autograd.Function):
+    """t in memory format `fmt`; its gradient goes back in `back`'s."""
+
+    @staticmethod
+    def forward(ctx, t, fmt, back):
+        ctx.back = back
+        return t.contiguous(memory_format=fmt)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.contiguous(memory_format=ctx.back), None, None
+
+
 # ---- LayerNorm / RMSNorm ------------------------------------------------------
 
-class LayerNorm(nn.LayerNorm):
-    """torch.nn.LayerNorm on libfusednorm's kernels (fp32/fp16/bf16 CUDA
-    input; weight and bias in the input's dtype or float32)."""
+class _NormMixin:
+    _mode = _LAYERNORM
 
-    def forward(self, x):
-        w, b = self.weight, self.bias
-        if _ON and x.is_cuda and x.dtype in _FLOATS and _params_ok(w, b, x):
-            axis = x.dim() - len(self.normalized_shape)
-            if not x.is_contiguous():
-                x = _rowwise(x, axis)
-            return (_norm_op if _compiling() else _norm_ext)(x, w, b, _LAYERNORM, axis, self.eps)
-        return F.layer_norm(x, self.normalized_shape, w, b, self.eps)
+    def _init_zero_centered(self):
+        if self.elementwise_affine and self.zero_centered:
+            with torch.no_grad():
+                self.weight.zero_()
 
+    def extra_repr(self):
+        s = super().extra_repr()
+        return s + (", zero_centered=True" if getattr(self, "zero_centered", False) else "")
 
-class RMSNorm(nn.RMSNorm):
-    """torch.nn.RMSNorm on libfusednorm's kernels; eps=None means
-    torch.finfo(x.dtype).eps, as torch's."""
-
-    def forward(self, x):
+    def _python_forward(self, input):
+        if isinstance(input, _Proxy):
+            out = _fx_call(self, (input,))
+            if out is not None:
+                return out
+        ln = self._mode == _LAYERNORM
         w = self.weight
-        if _ON and x.is_cuda and x.dtype in _FLOATS and _params_ok(w, None, x):
-            axis = x.dim() - len(self.normalized_shape)
-            eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-            if not x.is_contiguous():
-                x = _rowwise(x, axis)
-            return (_norm_op if _compiling() else _norm_ext)(x, w, None, _RMSNORM, axis, eps)
-        return F.rms_norm(x, self.normalized_shape, w, self.eps)
+        b = self.bias if ln else None
+        zc = getattr(self, "zero_centered", False) and w is not None
+        if _ON and not _torch_only() and isinstance(input, Tensor) and input.is_cuda and input.dtype in _FLOATS \
+                and input.numel() > 0 and _params_ok(w, b, input) \
+                and tuple(input.shape[input.dim() - len(self.normalized_shape):]) == tuple(self.normalized_shape):
+            axis = input.dim() - len(self.normalized_shape)
+            eps = self.eps if self.eps is not None else torch.finfo(input.dtype).eps
+            flags = _ZERO_CENTERED if zc else 0
+            fmt = None if ln else _channels_last_format(input)
+            if fmt is not None:  # torch's rms_norm keeps a channels-last layout (input and gradient)
+                x = _Relayout.apply(input, torch.contiguous_format, fmt)
+                y = torch.ops.fusednorm.norm(x, w, b, self._mode, axis, eps, flags)
+                return _Relayout.apply(y, fmt, torch.contiguous_format)
+            x = _rowwise(input, axis)
+            return torch.ops.fusednorm.norm(x, w, b, self._mode, axis, eps, flags)
+        if zc:
+            w = w + 1
+        if ln:
+            return F.layer_norm(input, self.normalized_shape, w, b, self.eps)
+        return F.rms_norm(input, self.normalized_shape, w, self.eps)
+
+
+class LayerNorm(_NormMixin, nn.LayerNorm):
+    """torch.nn.LayerNorm on libfusednorm's kernels (fp32/fp16/bf16 CUDA
+    input; weight and bias in the input's dtype or float32).
+    zero_centered=True: the scale applied is (1 + weight), weight initialised
+    to 0 (the library's ZERO_CENTERED_GAMMA flag)."""
+
+    _mode = _LAYERNORM
+
+    def __init__(self, normalized_shape: Union[int, list, torch.Size], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None, *,
+                 zero_centered: bool = False) -> None:
+        self.zero_centered = bool(zero_centered)
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self._init_zero_centered()
+
+    def forward(self, input: Tensor) -> Tensor:
+        if _ON and not _compiling():
+            p = self._parameters
+            try:
+                y = _ext_norm(input, p["weight"], p["bias"], self.normalized_shape, self.eps, _LAYERNORM,
+                              self.zero_centered)
+            except KeyError:  # a parametrization replaced the parameter
+                y = None
+            if y is not None:
+                return y
+        return self._python_forward(input)
+
+
+class RMSNorm(_NormMixin, nn.RMSNorm):
+    """torch.nn.RMSNorm on libfusednorm's kernels; eps=None means
+    torch.finfo(x.dtype).eps, as torch's. zero_centered=True: the scale
+    applied is (1 + weight), weight initialised to 0 (Gemma's RMSNorm,
+    Liger-Kernel's offset=1.0 with zeros init)."""
+
+    _mode = _RMSNORM
+
+    def __init__(self, normalized_shape: Union[int, list, torch.Size], eps: Optional[float] = None,
+                 elementwise_affine: bool = True, device=None, dtype=None, *, zero_centered: bool = False) -> None:
+        self.zero_centered = bool(zero_centered)
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self._init_zero_centered()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if _ON and not _compiling():
+            try:
+                y = _ext_norm(x, self._parameters["weight"], None, self.normalized_shape, self.eps, _RMSNORM,
+                              self.zero_centered)
+            except KeyError:  # a parametrization replaced the parameter
+                y = None
+            if y is not None:
+                return y
+        return self._python_forward(x)
 
 
 # ---- BatchNorm ------------------------------------------------------------------
@@ -93,10 +229,13 @@ def _bn_layout(x):
 
 
 class _BatchNormMixin:
-    """forward(x, z=None): BN, then with activation="relu" the ReLU epilogue
-    (BN+ReLU), with z as well BN+Add+ReLU (relu(bn(x) + z)); z without an
-    activation gives bn(x) + z. momentum=None is the cumulative average. In
-    eval mode (running statistics kept) the inference kernel runs."""
+    """forward(input, z=None): BN, then with activation="relu" the ReLU
+    epilogue (BN+ReLU), with z as well BN+Add+ReLU (relu(bn(input) + z)); z
+    without an activation gives bn(input) + z. momentum=None is the cumulative
+    average. In eval mode (running statistics kept) the inference kernel
+    runs."""
+
+    _sync = False
 
     def _init_activation(self, activation):
         if activation not in (None, "relu"):
@@ -110,10 +249,10 @@ class _BatchNormMixin:
     def _lib_ok(self, x, z) -> bool:
         """The library takes fp32/fp16/bf16 CUDA input with float32
         per-channel vectors (model.half() makes them fp16: torch's path)."""
-        if not (_ON and x.is_cuda and x.dtype in _FLOATS):
+        if not (_ON and x.is_cuda and x.dtype in _FLOATS and x.numel() > 0 and x.dim() <= 8):
             return False
         w, rm = self.weight, self.running_mean
-        if (w is not None and (w.dtype is not _F32 or self.bias.dtype is not _F32)) or \
+        if (w is not None and (w.dtype is not _F32 or self.bias is None or self.bias.dtype is not _F32)) or \
                 (rm is not None and (rm.dtype is not _F32 or self.running_var.dtype is not _F32)):
             return False
         return z is None or (z.dtype is x.dtype and z.shape == x.shape)
@@ -128,57 +267,80 @@ class _BatchNormMixin:
     def _comm(self, x):
         return 0
 
-    def forward(self, x, z=None):
-        self._check_input_dim(x)
+    def forward(self, input: Tensor, z: Optional[Tensor] = None) -> Tensor:
+        if isinstance(input, _Proxy):
+            out = _fx_call(self, (input,) if z is None else (input, z))
+            if out is not None:
+                return out
+        self._check_input_dim(input)
+        if _ON and not _compiling():
+            p, b = self._parameters, self._buffers
+            try:
+                y = _ext_bn(input, p["weight"], p["bias"], b["running_mean"], b["running_var"],
+                            b["num_batches_tracked"], z, self.momentum, self.eps, self.activation == "relu",
+                            self.training, self.track_running_stats, self._comm(input) if self._sync else 0)
+            except KeyError:  # a parametrization replaced a parameter
+                y = None
+            if y is not None:
+                return y
+        return self._python_forward(input, z)
+
+    def _python_forward(self, x, z):
         act = getattr(self, "activation", None) == "relu"
-        if not self._lib_ok(x, z):
+        bn_training = self.training or (self.running_mean is None and self.running_var is None)
+        if _torch_only() or not self._lib_ok(x, z) or not self.eps > 0:
             return self._torch_forward(x, z, act)
+        if bn_training and x.numel() // x.shape[1] == 1:
+            return self._torch_forward(x, z, act)  # torch's "more than 1 value per channel" error
         x = _bn_layout(x)
         if z is not None and z.stride() != x.stride():
             z = torch.empty_like(x).copy_(z)  # read through x's descriptor
-        bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        compiling = _compiling()
+        ops = torch.ops.fusednorm
         if not bn_training:
-            _bn_infer = _bn_infer_op if compiling else _bn_infer_ext
             if torch.is_grad_enabled() and (x.requires_grad or (self.weight is not None and self.weight.requires_grad)
                                             or (z is not None and z.requires_grad)):
                 return self._torch_forward(x, z, act)  # no inference backward in the library
             if z is not None and not act:
-                return _bn_infer(x, self.weight, self.bias, self.running_mean, self.running_var, None, self.eps,
-                                 _EPI_NONE) + z
+                return ops.bn_fwd_infer(x, self.weight, self.bias, self.running_mean, self.running_var, None,
+                                        self.eps, _EPI_NONE) + z
             epi = _EPI_ADD_RELU if (act and z is not None) else (_EPI_RELU if act else _EPI_NONE)
-            return _bn_infer(x, self.weight, self.bias, self.running_mean, self.running_var,
-                             z if epi == _EPI_ADD_RELU else None, self.eps, epi)
+            return ops.bn_fwd_infer(x, self.weight, self.bias, self.running_mean, self.running_var,
+                                    z if epi == _EPI_ADD_RELU else None, self.eps, epi)
         track = self.training and self.track_running_stats
         rm = self.running_mean if track else None
         rv = self.running_var if track else None
         nbt = self.num_batches_tracked if track else None  # the library counts it, once
         momentum = -1.0 if self.momentum is None else float(self.momentum)
         comm = self._comm(x)
-        _batch_norm = _batch_norm_op if compiling else _batch_norm_ext
         if z is not None and not act:
-            return _batch_norm(x, self.weight, self.bias, rm, rv, nbt, None, momentum, self.eps, _EPI_NONE, comm,
-                               0) + z
+            return ops.batch_norm(x, self.weight, self.bias, rm, rv, nbt, None, momentum, self.eps, _EPI_NONE, comm,
+                                  0) + z
         epi = _EPI_ADD_RELU if (act and z is not None) else (_EPI_RELU if act else _EPI_NONE)
-        return _batch_norm(x, self.weight, self.bias, rm, rv, nbt, z if epi == _EPI_ADD_RELU else None, momentum,
-                           self.eps, epi, comm, 0)
+        return ops.batch_norm(x, self.weight, self.bias, rm, rv, nbt, z if epi == _EPI_ADD_RELU else None, momentum,
+                              self.eps, epi, comm, 0)
 
 
 class BatchNorm1d(_BatchNormMixin, nn.BatchNorm1d):
-    def __init__(self, *args, activation=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *,
+                 activation: Optional[str] = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self._init_activation(activation)
 
 
 class BatchNorm2d(_BatchNormMixin, nn.BatchNorm2d):
-    def __init__(self, *args, activation=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *,
+                 activation: Optional[str] = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self._init_activation(activation)
 
 
 class BatchNorm3d(_BatchNormMixin, nn.BatchNorm3d):
-    def __init__(self, *args, activation=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *,
+                 activation: Optional[str] = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self._init_activation(activation)
 
 
@@ -192,14 +354,17 @@ class SyncBatchNorm(_BatchNormMixin, nn.SyncBatchNorm):
     communicator even with one rank (tests)."""
 
     always_sync = False
+    _sync = True
 
-    def __init__(self, *args, activation=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group=None, device=None, dtype=None, *,
+                 activation: Optional[str] = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, process_group, device, dtype)
         self._init_activation(activation)
 
-    def _check_input_dim(self, x):
-        if x.dim() < 2:
-            raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
     def _torch_forward(self, x, z, act):
         y = nn.SyncBatchNorm.forward(self, x)
@@ -247,7 +412,8 @@ class Linear(nn.Linear):
     "relu" or "gelu_tanh" (F.gelu(approximate="tanh")); x, weight and bias of
     one dtype (fp32/fp16/bf16) on the GPU (cuBLASLt through the library)."""
 
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 activation: Optional[str] = None) -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
         if activation not in _ACTS:
             raise ValueError(f"activation must be None, 'relu' or 'gelu_tanh'; got {activation!r}")
@@ -257,15 +423,29 @@ class Linear(nn.Linear):
         s = super().extra_repr()
         return s + (f", activation={self.activation!r}" if getattr(self, "activation", None) else "")
 
-    def forward(self, x):
+    def forward(self, input: Tensor) -> Tensor:
+        if _ON and not _compiling():
+            p = self._parameters
+            try:
+                y = _ext_linear(input, p["weight"], p["bias"], _ACTS[self.activation])
+            except KeyError:  # a parametrization replaced a parameter
+                y = None
+            if y is not None:
+                return y
+        return self._python_forward(input)
+
+    def _python_forward(self, x):
+        if isinstance(x, _Proxy):
+            out = _fx_call(self, (x,))
+            if out is not None:
+                return out
         act = getattr(self, "activation", None)
         w, b = self.weight, self.bias
-        if _ON and x.is_cuda and x.dtype in _FLOATS and x.dim() >= 2 and w.dtype is x.dtype and \
+        if _ON and isinstance(x, Tensor) and not _torch_only() and x.is_cuda and x.dtype in _FLOATS and 2 <= x.dim() <= 8 and \
+                x.numel() > 0 and w.numel() > 0 and w.dtype is x.dtype and \
                 (b.dtype is x.dtype if b is not None else act is None):
-            if not x.is_contiguous():
-                x = _rowwise(x, -1)
-            return (_linear_op if _compiling() else _linear_ext)(x, w if w.is_contiguous() else w.contiguous(), b,
-                                                                 _ACTS[act])
+            x = _rowwise(x, -1)
+            return torch.ops.fusednorm.linear(x, w if w.is_contiguous() else w.contiguous(), b, _ACTS[act])
         y = F.linear(x, w, b)
         if act == "relu":
             return F.relu(y)

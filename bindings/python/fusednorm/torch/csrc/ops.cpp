@@ -1,30 +1,46 @@
 // libfusednorm's ops for PyTorch: custom ops registered with TORCH_LIBRARY
-// (schema, a CUDA kernel calling the C ABI, autograd in C++), so that a call
-// costs what an ATen op costs on the host: no Python between the module and
-// the library. The fake (meta) kernels are registered from Python
-// (fusednorm/torch/_ops.py), where the size queries are reachable.
+// (schema, a CUDA kernel calling the C ABI, autograd in C++, autocast rules),
+// and the modules' eager entry points (pybind11), which take the module's
+// tensors as Python objects and either run the op or answer None: the module
+// then takes its Python path (torch.compile, FX, export, fake or wrapped
+// tensors, layouts that need a copy, empty tensors, torch's fallback). The fake
+// (meta) kernels are registered from Python (fusednorm/torch/_ops.py), where the
+// size queries are reachable.
 //
 // The C ABI is reached through function pointers handed over by the Python
 // binding (fusednorm::_bind_abi): the very library the binding loaded
 // ($FNORM_LIB or the build tree), never a second copy, and no link step.
 //
-// Caches (process-wide, under one mutex): one handle per device; tensor
-// descriptors per (dtype, sizes, strides); op descriptors per parameters;
-// workspace sizes per descriptor tuple. Descriptors are immutable once set and
-// launches only read them (thread-safe per the header), so they are shared.
-// Workspace and outputs come from PyTorch's caching allocator on the current
-// stream: CUDA-graph capture works.
+// Host time: an eager call is one pybind11 call taking Python objects (no
+// argument casters), plain-tensor checks on dispatch keys, one hashed lookup
+// of a plan (descriptors and workspace sizes per layout, built once), the
+// output allocations from the caching allocator, and the launch; the
+// dispatcher is skipped (a RecordFunction keeps the call visible to the
+// profiler). Without gradients the LayerNorm/RMSNorm statistics are not
+// written (the library takes NULL there).
+//
+// Double backward: when a graph of the gradient is asked for (create_graph,
+// i.e. grad mode on inside backward), each backward recomputes its forward
+// with ATen's differentiable operators and differentiates that, so the
+// gradient is itself differentiable (torch's formula). Never None.
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/EmptyTensor.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "fusednorm.h"
@@ -35,9 +51,9 @@ namespace {
 #define FNORM_TORCH_ABI(X)                                                                   \
   X(fnorm_get_error_string) X(fnorm_get_last_error_message) X(fnorm_create)                  \
   X(fnorm_tensor_desc_create) X(fnorm_tensor_desc_set) X(fnorm_norm_desc_create)             \
-  X(fnorm_norm_desc_set) X(fnorm_norm_fwd_workspace_size) X(fnorm_norm_fwd)                  \
-  X(fnorm_norm_bwd_workspace_size) X(fnorm_norm_bwd) X(fnorm_batchnorm_desc_create)          \
-  X(fnorm_batchnorm_desc_set) X(fnorm_batchnorm_desc_set_comm)                               \
+  X(fnorm_norm_desc_set) X(fnorm_norm_desc_set_flags) X(fnorm_norm_fwd_workspace_size)       \
+  X(fnorm_norm_fwd) X(fnorm_norm_bwd_workspace_size) X(fnorm_norm_bwd)                       \
+  X(fnorm_batchnorm_desc_create) X(fnorm_batchnorm_desc_set) X(fnorm_batchnorm_desc_set_comm) \
   X(fnorm_batchnorm_fwd_train_workspace_size) X(fnorm_batchnorm_reserve_space_size)          \
   X(fnorm_batchnorm_fwd_train) X(fnorm_batchnorm_fwd_infer_workspace_size)                   \
   X(fnorm_batchnorm_fwd_infer) X(fnorm_batchnorm_bwd_workspace_size) X(fnorm_batchnorm_bwd)  \
@@ -83,17 +99,19 @@ void check(fnorm_status_t st, const char *what) {
 std::mutex cache_mutex;
 
 fnorm_handle_t handle_for(const at::Tensor &t) {
-  static std::array<fnorm_handle_t, 64> handles{};
+  static std::array<std::atomic<fnorm_handle_t>, 64> handles{};
   int dev = t.get_device();
   TORCH_CHECK(dev >= 0 && dev < 64, "fusednorm: device index ", dev, " out of range");
+  fnorm_handle_t h = handles[dev].load(std::memory_order_acquire);
+  if (h) return h;
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (!handles[dev]) {
+  h = handles[dev].load(std::memory_order_relaxed);
+  if (!h) {
     c10::cuda::CUDAGuard guard(t.device());  // fnorm_create binds the current device
-    fnorm_handle_t h = nullptr;
     check(abi.fnorm_create(&h), "fnorm_create");
-    handles[dev] = h;
+    handles[dev].store(h, std::memory_order_release);
   }
-  return handles[dev];
+  return h;
 }
 
 fnorm_dtype_t dtype_of(const at::Tensor &t, const char *what) {
@@ -105,32 +123,72 @@ fnorm_dtype_t dtype_of(const at::Tensor &t, const char *what) {
   }
 }
 
+bool lib_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
+
+// ---- cache keys: a fixed array of int64 (no allocation), FNV-1a hashed -----
+struct Key {
+  std::array<int64_t, 56> v;
+  int n = 0;
+  void add(int64_t a) { v[n++] = a; }
+  void add_double(double d) {
+    int64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    add(bits);
+  }
+  // dtype, rank, sizes, strides (rank <= FNORM_MAX_RANK: 2 + 16 entries)
+  void add_tensor(const at::Tensor &t, at::IntArrayRef sizes = {}) {
+    if (!t.defined()) {
+      add(-1);
+      return;
+    }
+    if (sizes.empty()) sizes = t.sizes();
+    auto strides = t.strides();
+    add(static_cast<int64_t>(t.scalar_type()));
+    add(static_cast<int64_t>(sizes.size()));
+    for (auto s : sizes) add(s);
+    for (auto s : strides) add(s);
+  }
+  bool operator==(const Key &o) const {
+    return n == o.n && std::memcmp(v.data(), o.v.data(), sizeof(int64_t) * static_cast<size_t>(n)) == 0;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key &k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < k.n; ++i) h = (h ^ static_cast<uint64_t>(k.v[i])) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
 // A tensor descriptor per (dtype, sizes, strides); `sizes` may replace t's.
 fnorm_tensor_desc_t desc_of(const at::Tensor &t, const char *what, at::IntArrayRef sizes = {}) {
-  static std::map<std::vector<int64_t>, fnorm_tensor_desc_t> cache;
+  static std::unordered_map<Key, fnorm_tensor_desc_t, KeyHash> cache;
   if (sizes.empty()) sizes = t.sizes();
-  auto strides = t.strides();
-  std::vector<int64_t> key;
-  key.reserve(2 + 2 * sizes.size());
-  key.push_back(dtype_of(t, what));
-  key.push_back(static_cast<int64_t>(sizes.size()));
-  key.insert(key.end(), sizes.begin(), sizes.end());
-  key.insert(key.end(), strides.begin(), strides.end());
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  TORCH_CHECK(sizes.size() >= 1 && sizes.size() <= FNORM_MAX_RANK, "fusednorm: ", what, ": rank ", sizes.size(),
+              " is not in 1..", FNORM_MAX_RANK);
+  Key key;
+  key.add_tensor(t, sizes);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
   fnorm_tensor_desc_t d = nullptr;
   check(abi.fnorm_tensor_desc_create(&d), "fnorm_tensor_desc_create");
-  fnorm_status_t st = abi.fnorm_tensor_desc_set(d, static_cast<fnorm_dtype_t>(key[0]),
-                                                static_cast<int32_t>(sizes.size()), sizes.data(), strides.data());
+  fnorm_status_t st = abi.fnorm_tensor_desc_set(d, dtype_of(t, what), static_cast<int32_t>(sizes.size()),
+                                                sizes.data(), t.strides().data());
   if (st != FNORM_STATUS_SUCCESS) check(st, what);  // the descriptor leaks: a refused layout is rare
-  cache.emplace(std::move(key), d);
-  return d;
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return cache.emplace(key, d).first->second;
 }
 
-fnorm_norm_desc_t norm_desc(int64_t mode, int64_t axis, double eps) {
-  static std::map<std::tuple<int64_t, int64_t, double>, fnorm_norm_desc_t> cache;
-  auto key = std::make_tuple(mode, axis, eps);
+fnorm_norm_desc_t norm_desc(int64_t mode, int64_t axis, double eps, int64_t flags) {
+  static std::unordered_map<Key, fnorm_norm_desc_t, KeyHash> cache;
+  Key key;
+  key.add(mode);
+  key.add(axis);
+  key.add_double(eps);
+  key.add(flags);
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -138,13 +196,19 @@ fnorm_norm_desc_t norm_desc(int64_t mode, int64_t axis, double eps) {
   check(abi.fnorm_norm_desc_create(&d), "fnorm_norm_desc_create");
   check(abi.fnorm_norm_desc_set(d, static_cast<fnorm_norm_mode_t>(mode), static_cast<int32_t>(axis), eps),
         "fnorm_norm_desc_set (eps)");
+  if (flags) check(abi.fnorm_norm_desc_set_flags(d, static_cast<uint32_t>(flags)), "fnorm_norm_desc_set_flags");
   cache.emplace(key, d);
   return d;
 }
 
 fnorm_batchnorm_desc_t bn_desc(int64_t epilogue, double eps, double momentum, int64_t comm, int64_t sync_flags) {
-  static std::map<std::tuple<int64_t, double, double, int64_t, int64_t>, fnorm_batchnorm_desc_t> cache;
-  auto key = std::make_tuple(epilogue, eps, momentum, comm, sync_flags);
+  static std::unordered_map<Key, fnorm_batchnorm_desc_t, KeyHash> cache;
+  Key key;
+  key.add(epilogue);
+  key.add_double(eps);
+  key.add_double(momentum);
+  key.add(comm);
+  key.add(sync_flags);
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -166,25 +230,28 @@ fnorm_batchnorm_desc_t bn_desc(int64_t epilogue, double eps, double momentum, in
 }
 
 fnorm_linear_desc_t linear_desc(int64_t epilogue) {
-  static std::map<int64_t, fnorm_linear_desc_t> cache;
+  static std::array<std::atomic<fnorm_linear_desc_t>, 16> cache{};
+  TORCH_CHECK(epilogue >= 0 && epilogue < 16, "fusednorm: linear epilogue ", epilogue);
+  fnorm_linear_desc_t d = cache[epilogue].load(std::memory_order_acquire);
+  if (d) return d;
   std::lock_guard<std::mutex> lock(cache_mutex);
-  auto it = cache.find(epilogue);
-  if (it != cache.end()) return it->second;
-  fnorm_linear_desc_t d = nullptr;
+  d = cache[epilogue].load(std::memory_order_relaxed);
+  if (d) return d;
   check(abi.fnorm_linear_desc_create(&d), "fnorm_linear_desc_create");
   check(abi.fnorm_linear_desc_set(d, static_cast<fnorm_linear_epilogue_t>(epilogue), FNORM_LINEAR_WEIGHT_NK, 0),
         "fnorm_linear_desc_set");
-  cache.emplace(epilogue, d);
+  cache[epilogue].store(d, std::memory_order_release);
   return d;
 }
 
 // Size queries, cached per (query, handle, descriptors): the descriptors are
 // unique per layout, so their addresses are the key.
-using SizeKey = std::array<const void *, 6>;
 template <typename F>
-size_t cached_size(int query, SizeKey key, F ask) {
-  static std::map<SizeKey, size_t> cache;
-  key[0] = reinterpret_cast<const void *>(static_cast<uintptr_t>(query) ^ reinterpret_cast<uintptr_t>(key[0]));
+size_t cached_size(int query, std::initializer_list<const void *> ptrs, F ask) {
+  static std::unordered_map<Key, size_t, KeyHash> cache;
+  Key key;
+  key.add(query);
+  for (auto p : ptrs) key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)));
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = cache.find(key);
@@ -205,9 +272,19 @@ void *mptr(const c10::optional<at::Tensor> &t) {
   return t.has_value() && t->defined() && t->numel() > 0 ? t->data_ptr() : nullptr;
 }
 
+// Allocations straight from the CUDA caching allocator (the dispatcher's
+// at::empty would add a dispatch per tensor); empty_like's layout rule kept.
+at::Tensor new_like(const at::Tensor &x) {
+  if (x.is_contiguous()) return at::Tensor(at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), c10::nullopt));
+  return at::empty_like(x);
+}
+at::Tensor new_vec(int64_t n, at::ScalarType dt, const at::Tensor &like) {
+  return at::Tensor(at::detail::empty_cuda({n}, dt, like.device(), c10::nullopt));
+}
+
 at::Tensor workspace(size_t bytes, const at::Tensor &like) {
   if (!bytes) return at::Tensor();
-  return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  return new_vec(static_cast<int64_t>(bytes), at::kByte, like);
 }
 
 cudaStream_t stream_of(const at::Tensor &t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
@@ -217,31 +294,121 @@ void same_device(const c10::optional<at::Tensor> &t, const at::Tensor &x, const 
     TORCH_CHECK(t->device() == x.device(), "fusednorm: ", what, " is on ", t->device(), ", x is on ", x.device());
 }
 
-at::Tensor empty0(const at::Tensor &like, at::ScalarType dt) { return at::empty({0}, like.options().dtype(dt)); }
+at::Tensor empty0(const at::Tensor &like, at::ScalarType dt) { return new_vec(0, dt, like); }
+
+bool given(const c10::optional<at::Tensor> &t) { return t.has_value() && t->defined(); }
+
+// ---- the eager entry points' gate --------------------------------------------
+// A tensor the library may read directly: a dense CUDA tensor with no Python
+// subclass behaviour, functorch wrapper, lazy conjugation/negation or
+// functionalization. Anything else goes through the dispatcher (Python path).
+bool plain_cuda(const at::Tensor &t) {
+  static const c10::DispatchKeySet odd({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                                        c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchGradWrapper,
+                                        c10::DispatchKey::Functionalize, c10::DispatchKey::Conjugate,
+                                        c10::DispatchKey::Negative, c10::DispatchKey::ZeroTensor});
+  return t.is_cuda() && t.layout() == at::kStrided && !t.key_set().has_any(odd);
+}
+
+// No dispatch mode, functorch transform or TorchScript trace is active: they
+// must see the op, so the call goes through the dispatcher.
+bool plain_context() {
+  static const c10::DispatchKeySet odd(
+      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+       c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::Functionalize,
+       c10::DispatchKey::FuncTorchVmapMode});
+  return !c10::impl::tls_local_dispatch_key_set().included_.has_any(odd) && !torch::jit::tracer::isTracing();
+}
+
+// A Python argument: None, or a plain tensor (torch.Tensor or Parameter, not a
+// subclass). false: decline.
+bool unpack(PyObject *o, c10::optional<at::Tensor> &out) {
+  if (o == Py_None) return true;
+  if (!THPVariable_CheckExact(o)) return false;
+  const at::Tensor &t = THPVariable_Unpack(o);
+  if (!plain_cuda(t)) return false;
+  out = t;
+  return true;
+}
+
+bool needs_grad(std::initializer_list<const c10::optional<at::Tensor> *> ts) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (auto t : ts)
+    if (t->has_value() && (*t)->requires_grad()) return true;
+  return false;
+}
+
+// The dimensions from `axis` packed and the ones before it collapsing into one
+// row stride >= cols (what the row-wise ops take without a copy).
+bool rowwise(const at::Tensor &t, int64_t axis) {
+  auto shape = t.sizes();
+  auto stride = t.strides();
+  int64_t dim = t.dim(), expect = 1;
+  for (int64_t d = dim - 1; d >= axis; --d) {
+    if (shape[d] != 1 && stride[d] != expect) return false;
+    expect *= shape[d];
+  }
+  int64_t cols = expect;
+  bool first = true;
+  for (int64_t d = axis - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (first) {
+      if (stride[d] < cols) return false;
+      first = false;
+    } else if (stride[d] != expect) {
+      return false;
+    }
+    expect = stride[d] * shape[d];
+  }
+  return true;
+}
+
+// Grad mode inside a backward means create_graph=True. The recomputed formula
+// is used only on real tensors: never while AOTAutograd traces the backward
+// with fake or functional tensors (torch.compile has no double backward).
+bool double_backward(bool direct, const at::Tensor &x) {
+  return at::GradMode::is_enabled() && (direct || plain_cuda(x));
+}
+
+// The dimensions of the given autograd inputs that need a gradient, and
+// torch::autograd::grad of `out` with respect to them with a graph (double
+// backward). `which` are the indexes in the backward's result.
+torch::autograd::variable_list grads_with_graph(const at::Tensor &out, const at::Tensor &dy,
+                                                const std::vector<std::pair<size_t, at::Tensor>> &wrt,
+                                                size_t n_results) {
+  torch::autograd::variable_list result(n_results);
+  if (wrt.empty()) return result;
+  torch::autograd::variable_list inputs;
+  for (auto &p : wrt) inputs.push_back(p.second);
+  auto g = torch::autograd::grad({out}, inputs, {dy}, /*retain_graph=*/true, /*create_graph=*/true,
+                                 /*allow_unused=*/true);
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    at::Tensor gi = g[i];
+    if (!gi.defined()) gi = at::zeros_like(wrt[i].second);
+    result[wrt[i].first] = gi;
+  }
+  return result;
+}
 
 // ---- LayerNorm / RMSNorm --------------------------------------------------
 // x: the normalized dimensions [axis, dim) packed, the rows collapsing into one
-// stride (the Python side makes it so). weight/bias: packed, sized as the
-// normalized dimensions, x's dtype or float32.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
-                                                        const c10::optional<at::Tensor> &bias, int64_t mode,
-                                                        int64_t axis, double eps) {
-  TORCH_CHECK(x.is_cuda(), "fusednorm::norm_fwd: x must be a CUDA tensor");
-  same_device(weight, x, "weight");
-  same_device(bias, x, "bias");
+// stride (the callers make it so). weight/bias: packed, sized as the
+// normalized dimensions, x's dtype or float32. flags: fnorm_norm_flag_t.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd_impl(const at::Tensor &x,
+                                                             const c10::optional<at::Tensor> &weight,
+                                                             const c10::optional<at::Tensor> &bias, int64_t mode,
+                                                             int64_t axis, double eps, int64_t flags, bool stats) {
   c10::cuda::CUDAGuard guard(x.device());
   int64_t rows = 1;
   for (int64_t d = 0; d < axis; ++d) rows *= x.size(d);
-  at::Tensor y = at::empty_like(x);
-  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));
-  at::Tensor mean = mode == FNORM_NORM_LAYERNORM ? at::empty({rows}, x.options().dtype(at::kFloat))
-                                                 : empty0(x, at::kFloat);
+  at::Tensor y = new_like(x);
+  at::Tensor rstd = stats ? new_vec(rows, at::kFloat, x) : empty0(x, at::kFloat);
+  at::Tensor mean = stats && mode == FNORM_NORM_LAYERNORM ? new_vec(rows, at::kFloat, x) : empty0(x, at::kFloat);
   auto h = handle_for(x);
-  auto nd = norm_desc(mode, axis, eps);
+  auto nd = norm_desc(mode, axis, eps, flags);
   auto xd = desc_of(x, "x");
-  auto yd = desc_of(y, "y");
-  const at::Tensor *w = weight.has_value() && weight->defined() ? &*weight
-                        : (bias.has_value() && bias->defined() ? &*bias : nullptr);
+  auto yd = y.strides() == x.strides() ? xd : desc_of(y, "y");
+  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
   auto wd = w ? desc_of(*w, "weight") : nullptr;
   size_t ws_bytes = cached_size(1, {h, nd, xd, yd}, [&] {
     size_t n = 0;
@@ -250,32 +417,53 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, con
   });
   at::Tensor ws = workspace(ws_bytes, x);
   check(abi.fnorm_norm_fwd(h, stream_of(x), nd, xd, ptr(x), nullptr, nullptr, wd, ptr(weight), ptr(bias), yd,
-                           mptr(y), mode == FNORM_NORM_LAYERNORM ? static_cast<float *>(mptr(mean)) : nullptr,
-                           static_cast<float *>(mptr(rstd)), mptr(ws), ws_bytes),
+                           mptr(y), stats && mode == FNORM_NORM_LAYERNORM ? static_cast<float *>(mptr(mean)) : nullptr,
+                           stats ? static_cast<float *>(mptr(rstd)) : nullptr, mptr(ws), ws_bytes),
         "fnorm_norm_fwd");
   return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
+                                                        const c10::optional<at::Tensor> &bias, int64_t mode,
+                                                        int64_t axis, double eps, int64_t flags) {
+  TORCH_CHECK(x.is_cuda(), "fusednorm::norm_fwd: x must be a CUDA tensor");
+  same_device(weight, x, "weight");
+  same_device(bias, x, "bias");
+  if (rowwise(x, axis)) return norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
+  // A compiled graph may hand over other strides than the traced ones: y
+  // keeps the layout the fake kernel promised (empty_like(x)).
+  auto r = norm_fwd_impl(x.contiguous(), weight, bias, mode, axis, eps, flags, true);
+  std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+  return r;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, const at::Tensor &x,
                                                         const at::Tensor &mean, const at::Tensor &rstd,
                                                         const c10::optional<at::Tensor> &weight,
                                                         const c10::optional<at::Tensor> &bias, int64_t mode,
-                                                        int64_t axis, bool need_dgamma, bool need_dbeta) {
+                                                        int64_t axis, bool need_dgamma, bool need_dbeta,
+                                                        int64_t flags) {
   TORCH_CHECK(dy.is_cuda(), "fusednorm::norm_bwd: dy must be a CUDA tensor");
+  if (!rowwise(x, axis) || !rowwise(dy, axis)) {  // strides a compiled graph chose: packed copies
+    auto r = norm_bwd(dy.contiguous(), x.contiguous(), mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta,
+                      flags);
+    std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+    return r;
+  }
   c10::cuda::CUDAGuard guard(x.device());
-  bool has_w = weight.has_value() && weight->defined();
-  bool has_b = bias.has_value() && bias->defined();
+  bool has_w = given(weight);
+  bool has_b = given(bias);
   need_dgamma = need_dgamma && has_w;
   need_dbeta = need_dbeta && mode == FNORM_NORM_LAYERNORM && (has_w || has_b);
-  at::Tensor dx = at::empty_like(x);
+  at::Tensor dx = new_like(x);
   const at::Tensor *w = has_w ? &*weight : (has_b ? &*bias : nullptr);
   at::Tensor dgamma = need_dgamma ? at::empty_like(*w, at::MemoryFormat::Contiguous) : empty0(x, x.scalar_type());
   at::Tensor dbeta = need_dbeta ? at::empty_like(*w, at::MemoryFormat::Contiguous) : empty0(x, x.scalar_type());
   auto h = handle_for(x);
-  auto nd = norm_desc(mode, axis, 1e-5);  // backward uses the saved rstd, not epsilon
+  auto nd = norm_desc(mode, axis, 1e-5, flags);  // backward uses the saved rstd, not epsilon
   auto xd = desc_of(x, "x");
-  auto dyd = desc_of(dy, "dy");
-  auto dxd = desc_of(dx, "dx");
+  auto dyd = dy.strides() == x.strides() ? xd : desc_of(dy, "dy");
+  auto dxd = dx.strides() == x.strides() ? xd : desc_of(dx, "dx");
   auto wd = (w && (has_w || need_dbeta)) ? desc_of(*w, "weight") : nullptr;
   size_t ws_bytes = cached_size(2, {h, nd, xd, wd}, [&] {
     size_t n = 0;
@@ -294,58 +482,177 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
 
 // needs_input_grad counts the autograd edges: only the tensors actually given
 // (an absent optional takes no index). Edge index of each argument, -1 absent.
-bool given(const c10::optional<at::Tensor> &t) { return t.has_value() && t->defined(); }
-bool needs(torch::autograd::AutogradContext *ctx, const char *key) {
-  int64_t i = ctx->saved_data[key].toInt();
+bool needs(torch::autograd::AutogradContext *ctx, int64_t i) {
   return i >= 0 && ctx->needs_input_grad(static_cast<size_t>(i));
 }
 
 at::Tensor call_norm_fwd_y(const at::Tensor &x, const c10::optional<at::Tensor> &w,
-                           const c10::optional<at::Tensor> &b, int64_t mode, int64_t axis, double eps) {
-  return std::get<0>(norm_fwd(x, w, b, mode, axis, eps));
+                           const c10::optional<at::Tensor> &b, int64_t mode, int64_t axis, double eps,
+                           int64_t flags) {
+  TORCH_CHECK(x.is_cuda(), "fusednorm::norm: x must be a CUDA tensor");
+  same_device(w, x, "weight");
+  same_device(b, x, "bias");
+  return std::get<0>(norm_fwd_impl(x, w, b, mode, axis, eps, flags, false));
 }
 
-class NormFunction : public torch::autograd::Function<NormFunction> {
+// The forward again in ATen's differentiable operators, in fp32 (the library's
+// math), rounded to x's dtype: what double backward differentiates.
+at::Tensor norm_reference(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b, int64_t mode, int64_t axis,
+                          double eps, int64_t flags) {
+  at::Tensor xf = x.to(at::kFloat);
+  c10::optional<at::Tensor> wf, bf;
+  if (w.defined()) wf = (flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) ? w.to(at::kFloat) + 1 : w.to(at::kFloat);
+  if (b.defined()) bf = b.to(at::kFloat);
+  auto shape = x.sizes().slice(axis);
+  at::Tensor y = mode == FNORM_NORM_LAYERNORM ? at::layer_norm(xf, shape, wf, bf, eps)
+                                              : at::rms_norm(xf, shape, wf, eps);
+  return y.to(x.scalar_type());
+}
+
+// Direct: the eager entry (kernels called as C++ functions); otherwise the
+// registered op's autograd kernel, which redispatches (fake tensors under
+// torch.compile reach the fake kernels).
+template <bool Direct>
+class NormFunction : public torch::autograd::Function<NormFunction<Direct>> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
                             const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias,
-                            int64_t mode, int64_t axis, double eps) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_fwd", "")
-                         .typed<decltype(norm_fwd)>();
-    auto [y, mean, rstd] = op.call(x, weight, bias, mode, axis, eps);
+                            int64_t mode, int64_t axis, double eps, int64_t flags) {
+    at::Tensor y, mean, rstd;
+    if (Direct) {
+      std::tie(y, mean, rstd) = norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
+    } else {
+      static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_fwd", "")
+                           .typed<decltype(norm_fwd)>();
+      std::tie(y, mean, rstd) = op.call(x, weight, bias, mode, axis, eps, flags);
+    }
     ctx->save_for_backward({x, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
-    ctx->saved_data["mode"] = mode;
-    ctx->saved_data["axis"] = axis;
-    int64_t edge = 1;
-    ctx->saved_data["edge_w"] = given(weight) ? edge++ : int64_t{-1};
-    ctx->saved_data["edge_b"] = given(bias) ? edge++ : int64_t{-1};
+    int64_t ew = given(weight) ? 1 : -1;
+    int64_t eb = given(bias) ? (given(weight) ? 2 : 1) : -1;
+    // mode, axis, flags and the edges of weight and bias packed in one value
+    ctx->saved_data["m"] = mode | (axis << 4) | (flags << 20) | ((ew + 1) << 28) | ((eb + 1) << 32);
+    ctx->saved_data["e"] = eps;
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
-                         .typed<decltype(norm_bwd)>();
     auto saved = ctx->get_saved_variables();
+    int64_t m = ctx->saved_data["m"].toInt();
+    int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
+    int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
+    bool need_x = ctx->needs_input_grad(0), need_w = needs(ctx, ew), need_b = needs(ctx, eb);
+    if (double_backward(Direct, saved[0])) {  // create_graph: a differentiable gradient
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      if (need_x) wrt.emplace_back(0, saved[0]);
+      if (need_w) wrt.emplace_back(1, saved[3]);
+      if (need_b) wrt.emplace_back(2, saved[4]);
+      at::Tensor ref = norm_reference(saved[0], saved[3], saved[4], mode, axis, ctx->saved_data["e"].toDouble(), flags);
+      return grads_with_graph(ref, grads[0], wrt, 7);
+    }
     c10::optional<at::Tensor> w, b;
     if (saved[3].defined()) w = saved[3];
     if (saved[4].defined()) b = saved[4];
-    at::Tensor dy = grads[0].contiguous();  // the library reads dy through its own packed descriptor
-    bool need_w = needs(ctx, "edge_w"), need_b = needs(ctx, "edge_b");
-    auto [dx, dgamma, dbeta] = op.call(dy, saved[0], saved[1], saved[2], w, b, ctx->saved_data["mode"].toInt(),
-                                       ctx->saved_data["axis"].toInt(), need_w, need_b);
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), need_w ? dgamma : at::Tensor(),
-            need_b ? dbeta : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor &x = saved[0];
+    at::Tensor dy = grads[0];  // the library reads dy through x's (or its own packed) descriptor
+    if (!rowwise(dy, axis)) dy = dy.contiguous();
+    at::Tensor dx, dgamma, dbeta;
+    if (Direct) {
+      std::tie(dx, dgamma, dbeta) = norm_bwd(dy, x, saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
+    } else {
+      static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
+                           .typed<decltype(norm_bwd)>();
+      std::tie(dx, dgamma, dbeta) = op.call(dy, x, saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
+    }
+    return {need_x ? dx : at::Tensor(), need_w ? dgamma : at::Tensor(), need_b ? dbeta : at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor norm_autograd(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
-                         const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps) {
-  return NormFunction::apply(x, weight, bias, mode, axis, eps);
+                         const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps,
+                         int64_t flags) {
+  return NormFunction<false>::apply(x, weight, bias, mode, axis, eps, flags);
+}
+
+// Autocast: layer_norm is on autocast's fp32 list (x, weight and bias run in
+// float32, the output is float32); rms_norm is on no list (x's dtype).
+at::Tensor norm_autocast(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
+                         const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps,
+                         int64_t flags) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm", "")
+                       .typed<decltype(norm_autograd)>();
+  if (mode != FNORM_NORM_LAYERNORM || !at::autocast::is_autocast_enabled(c10::DeviceType::CUDA))
+    return op.call(x, weight, bias, mode, axis, eps, flags);
+  return op.call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
+                 at::autocast::cached_cast(at::kFloat, weight, c10::DeviceType::CUDA),
+                 at::autocast::cached_cast(at::kFloat, bias, c10::DeviceType::CUDA), mode, axis, eps, flags);
+}
+
+// The modules' eager entry: norm(x, weight, bias, normalized_shape, eps (None:
+// x's dtype's machine epsilon), mode, zero_centered) -> Tensor, or None where the module's Python path must run
+// (see the file's text). normalized_shape: the module's tuple, checked against
+// x's trailing sizes here (torch's error comes from its Python path).
+py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle shape_o, py::handle eps_o,
+                      int64_t mode, bool zero_centered) {
+  if (!THPVariable_CheckExact(xo.ptr())) return py::none();
+  const at::Tensor &x0 = THPVariable_Unpack(xo.ptr());
+  c10::optional<at::Tensor> w, b;
+  if (!plain_cuda(x0) || !unpack(wo.ptr(), w) || !unpack(bo.ptr(), b) || !plain_context()) return py::none();
+  if (!PyTuple_Check(shape_o.ptr())) return py::none();
+  Py_ssize_t nd = PyTuple_GET_SIZE(shape_o.ptr());
+  int64_t dim = x0.dim();
+  if (nd < 1 || nd > dim || dim > FNORM_MAX_RANK || x0.numel() == 0) return py::none();
+  double eps;
+  if (eps_o.ptr() == Py_None) {  // RMSNorm's default: the machine epsilon of x's dtype, as torch's
+    auto st = x0.scalar_type();
+    eps = st == at::kHalf ? 0.0009765625 : (st == at::kBFloat16 ? 0.0078125 : 1.1920928955078125e-07);
+  } else {
+    eps = PyFloat_AsDouble(eps_o.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return py::none();
+    }
+  }
+  if (!(eps >= 0)) return py::none();
+  int64_t flags = zero_centered ? FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA : 0;
+  int64_t axis = dim - nd;
+  for (Py_ssize_t i = 0; i < nd; ++i) {
+    PyObject *s = PyTuple_GET_ITEM(shape_o.ptr(), i);
+    if (!PyLong_Check(s) || PyLong_AsLongLong(s) != x0.size(axis + i)) return py::none();
+  }
+  at::Tensor x = x0;
+  if (mode == FNORM_NORM_LAYERNORM && at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) {
+    x = at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA);
+    w = at::autocast::cached_cast(at::kFloat, w, c10::DeviceType::CUDA);
+    b = at::autocast::cached_cast(at::kFloat, b, c10::DeviceType::CUDA);
+  }
+  if (!lib_dtype(x.scalar_type()) || !rowwise(x, axis)) return py::none();
+  const c10::optional<at::Tensor> &p = w.has_value() ? w : b;
+  if (p.has_value()) {
+    auto pt = p->scalar_type();
+    if ((pt != x.scalar_type() && pt != at::kFloat) || (w.has_value() && b.has_value() && b->scalar_type() != pt))
+      return py::none();
+    for (auto *t : {&w, &b})
+      if (t->has_value() && ((*t)->device() != x.device() || (*t)->sizes() != x.sizes().slice(axis) ||
+                             !(*t)->is_contiguous()))
+        return py::none();
+  }
+  RECORD_FUNCTION("fusednorm::norm", std::vector<c10::IValue>({x}));
+  at::Tensor y;
+  {
+    py::gil_scoped_release no_gil;
+    if (needs_grad({&w, &b}) || (at::GradMode::is_enabled() && x.requires_grad()))
+      y = NormFunction<true>::apply(x, w, b, mode, axis, eps, flags);
+    else
+      y = std::get<0>(norm_fwd_impl(x, w, b, mode, axis, eps, flags, false));
+  }
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
 }
 
 // ---- BatchNorm ------------------------------------------------------------
-// x: NCHW-packed or channels-last (the Python side makes it so); z, y, dy,
+// x: NCHW-packed or channels-last (the callers make it so); z, y, dy,
 // dx, dz in x's layout. Per-channel vectors fp32. momentum < 0: cumulative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_fwd_train(
     const at::Tensor &x, const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias,
@@ -361,12 +668,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_fwd_train(
   same_device(z, x, "z");
   c10::cuda::CUDAGuard guard(x.device());
   int64_t c = x.size(1);
-  at::Tensor y = at::empty_like(x);
-  at::Tensor saved_mean = at::empty({c}, x.options().dtype(at::kFloat));
-  at::Tensor saved_invstd = at::empty({c}, x.options().dtype(at::kFloat));
+  at::Tensor y = new_like(x);
+  at::Tensor saved_mean = new_vec(c, at::kFloat, x);
+  at::Tensor saved_invstd = new_vec(c, at::kFloat, x);
   auto h = handle_for(x);
   auto bd = bn_desc(epilogue, eps, momentum, comm, sync_flags);
-  at::Tensor x1 = x;
   fnorm_tensor_desc_t xd;
   if (x.size(0) == 0) {  // a SyncBatchNorm rank without samples: [1, C, ...] with x's strides
     std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
@@ -386,7 +692,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_fwd_train(
     return n;
   });
   at::Tensor ws = workspace(ws_bytes, x);
-  at::Tensor reserve = at::empty({static_cast<int64_t>(rs_bytes)}, x.options().dtype(at::kByte));
+  at::Tensor reserve = new_vec(static_cast<int64_t>(rs_bytes), at::kByte, x);
   check(abi.fnorm_batchnorm_fwd_train(
             h, stream_of(x), bd, xd, ptr(x), ptr(z), static_cast<const float *>(ptr(weight)),
             static_cast<const float *>(ptr(bias)), static_cast<float *>(mptr(running_mean)),
@@ -408,7 +714,7 @@ at::Tensor bn_fwd_infer(const at::Tensor &x, const c10::optional<at::Tensor> &we
   same_device(running_var, x, "running_var");
   same_device(z, x, "z");
   c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x);
+  at::Tensor y = new_like(x);
   auto h = handle_for(x);
   auto bd = bn_desc(epilogue, eps, 0.1, 0, 0);
   auto xd = desc_of(x, "x");
@@ -434,10 +740,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_bwd(
   int64_t c = x.size(1);
   // dy is read through x's descriptor: give it x's layout.
   at::Tensor dy1 = (x.numel() > 0 && dy.strides() != x.strides()) ? at::empty_like(x).copy_(dy) : dy;
-  at::Tensor dx = at::empty_like(x);
-  at::Tensor dz = need_dz ? at::empty_like(x) : empty0(x, x.scalar_type());
-  at::Tensor dgamma = need_weight_grads ? at::empty({c}, x.options().dtype(at::kFloat)) : empty0(x, at::kFloat);
-  at::Tensor dbeta = need_weight_grads ? at::empty({c}, x.options().dtype(at::kFloat)) : empty0(x, at::kFloat);
+  at::Tensor dx = new_like(x);
+  at::Tensor dz = need_dz ? new_like(x) : empty0(x, x.scalar_type());
+  at::Tensor dgamma = need_weight_grads ? new_vec(c, at::kFloat, x) : empty0(x, at::kFloat);
+  at::Tensor dbeta = need_weight_grads ? new_vec(c, at::kFloat, x) : empty0(x, at::kFloat);
   auto h = handle_for(x);
   auto bd = bn_desc(epilogue, eps, 0.1, comm, sync_flags);  // momentum is not used by the backward
   fnorm_tensor_desc_t xd;
@@ -474,7 +780,8 @@ at::Tensor batch_norm_cuda(const at::Tensor &x, const c10::optional<at::Tensor> 
                                   epilogue, comm, sync_flags));
 }
 
-class BatchNormFunction : public torch::autograd::Function<BatchNormFunction> {
+template <bool Direct>
+class BatchNormFunction : public torch::autograd::Function<BatchNormFunction<Direct>> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
                             const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias,
@@ -482,40 +789,77 @@ class BatchNormFunction : public torch::autograd::Function<BatchNormFunction> {
                             const c10::optional<at::Tensor> &running_var,
                             const c10::optional<at::Tensor> &num_batches_tracked, const c10::optional<at::Tensor> &z,
                             double momentum, double eps, int64_t epilogue, int64_t comm, int64_t sync_flags) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::bn_fwd_train", "")
-                         .typed<decltype(bn_fwd_train)>();
-    auto [y, saved_mean, saved_invstd, reserve] = op.call(x, weight, bias, running_mean, running_var,
-                                                          num_batches_tracked, z, momentum, eps, epilogue, comm,
-                                                          sync_flags);
-    ctx->save_for_backward({x, weight.value_or(at::Tensor()), saved_mean, saved_invstd, reserve});
-    ctx->saved_data["eps"] = eps;
-    ctx->saved_data["epilogue"] = epilogue;
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["sync_flags"] = sync_flags;
+    at::Tensor y, saved_mean, saved_invstd, reserve;
+    if (Direct) {
+      std::tie(y, saved_mean, saved_invstd, reserve) = bn_fwd_train(
+          x, weight, bias, running_mean, running_var, num_batches_tracked, z, momentum, eps, epilogue, comm,
+          sync_flags);
+    } else {
+      static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::bn_fwd_train", "")
+                           .typed<decltype(bn_fwd_train)>();
+      std::tie(y, saved_mean, saved_invstd, reserve) = op.call(
+          x, weight, bias, running_mean, running_var, num_batches_tracked, z, momentum, eps, epilogue, comm,
+          sync_flags);
+    }
+    // The output is kept for a double backward through a ReLU epilogue (its
+    // mask is y > 0); the next layer keeps it alive anyway.
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), saved_mean, saved_invstd, reserve,
+                            bias.value_or(at::Tensor()), epilogue != FNORM_BN_EPILOGUE_NONE ? y : at::Tensor()});
     int64_t edge = 1;
-    ctx->saved_data["edge_w"] = given(weight) ? edge++ : int64_t{-1};
-    ctx->saved_data["edge_b"] = given(bias) ? edge++ : int64_t{-1};
+    int64_t ew = given(weight) ? edge++ : -1;
+    int64_t eb = given(bias) ? edge++ : -1;
     edge += given(running_mean) + given(running_var) + given(num_batches_tracked);
-    ctx->saved_data["edge_z"] = given(z) ? edge++ : int64_t{-1};
+    int64_t ez = given(z) ? edge++ : -1;
+    ctx->saved_data["m"] = epilogue | ((ew + 1) << 4) | ((eb + 1) << 8) | ((ez + 1) << 12) | (sync_flags << 16);
+    ctx->saved_data["e"] = eps;
+    ctx->saved_data["c"] = comm;
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
-    static auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::bn_bwd", "").typed<decltype(bn_bwd)>();
     auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0];
+    int64_t m = ctx->saved_data["m"].toInt();
+    int64_t epilogue = m & 0xf, ew = ((m >> 4) & 0xf) - 1, eb = ((m >> 8) & 0xf) - 1, ez = ((m >> 12) & 0xf) - 1;
+    int64_t sync_flags = m >> 16, comm = ctx->saved_data["c"].toInt();
+    double eps = ctx->saved_data["e"].toDouble();
+    bool need_dz = needs(ctx, ez), need_dw = needs(ctx, ew), need_db = needs(ctx, eb);
+    bool need_x = ctx->needs_input_grad(0);
+    if (double_backward(Direct, x)) {  // create_graph: a differentiable gradient
+      TORCH_CHECK(comm == 0, "fusednorm: double backward through SyncBatchNorm's cross-rank statistics is not "
+                             "supported (nor is it by torch.nn.SyncBatchNorm)");
+      // relu'(v) is the mask y > 0; its derivative is 0 almost everywhere.
+      at::Tensor mask;
+      if (epilogue != FNORM_BN_EPILOGUE_NONE) mask = (saved[6] > 0).to(grads[0].scalar_type());
+      at::Tensor dy = mask.defined() ? grads[0] * mask : grads[0];
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      if (need_x) wrt.emplace_back(0, x);
+      if (need_dw) wrt.emplace_back(1, saved[1]);
+      if (need_db) wrt.emplace_back(2, saved[5]);
+      c10::optional<at::Tensor> w, b;
+      if (saved[1].defined()) w = saved[1];
+      if (saved[5].defined()) b = saved[5];
+      at::Tensor ref = at::batch_norm(x, w, b, {}, {}, /*training=*/true, 0.0, eps, /*cudnn_enabled=*/true);
+      auto res = grads_with_graph(ref, dy, wrt, 12);
+      if (need_dz) res[6] = dy;
+      return res;
+    }
     c10::optional<at::Tensor> w;
     if (saved[1].defined()) w = saved[1];
     const at::Tensor &dy = grads[0];  // bn_bwd gives it x's layout
-    bool need_dz = needs(ctx, "edge_z");
-    bool need_dw = needs(ctx, "edge_w"), need_db = needs(ctx, "edge_b");
     bool need_w = need_dw || need_db;
-    auto [dx, dgamma, dbeta, dz] = op.call(dy, x, w, saved[2], saved[3], saved[4], ctx->saved_data["eps"].toDouble(),
-                                           ctx->saved_data["epilogue"].toInt(), ctx->saved_data["comm"].toInt(),
-                                           ctx->saved_data["sync_flags"].toInt(), need_dz, need_w);
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(),
+    at::Tensor dx, dgamma, dbeta, dz;
+    if (Direct) {
+      std::tie(dx, dgamma, dbeta, dz) = bn_bwd(dy, x, w, saved[2], saved[3], saved[4], eps, epilogue, comm,
+                                               sync_flags, need_dz, need_w);
+    } else {
+      static auto op =
+          c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::bn_bwd", "").typed<decltype(bn_bwd)>();
+      std::tie(dx, dgamma, dbeta, dz) = op.call(dy, x, w, saved[2], saved[3], saved[4], eps, epilogue, comm,
+                                                sync_flags, need_dz, need_w);
+    }
+    return {need_x ? dx : at::Tensor(),
             need_dw ? dgamma : at::Tensor(),
             need_db ? dbeta : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(),
@@ -530,8 +874,88 @@ at::Tensor batch_norm_autograd(const at::Tensor &x, const c10::optional<at::Tens
                                const c10::optional<at::Tensor> &num_batches_tracked,
                                const c10::optional<at::Tensor> &z, double momentum, double eps, int64_t epilogue,
                                int64_t comm, int64_t sync_flags) {
-  return BatchNormFunction::apply(x, weight, bias, running_mean, running_var, num_batches_tracked, z, momentum, eps,
-                                  epilogue, comm, sync_flags);
+  return BatchNormFunction<false>::apply(x, weight, bias, running_mean, running_var, num_batches_tracked, z,
+                                         momentum, eps, epilogue, comm, sync_flags);
+}
+
+// x in a layout the library takes: packed channels-first, or channels-last (C
+// innermost, then the spatial dimensions, then N).
+bool bn_layout_ok(const at::Tensor &x) {
+  if (x.is_contiguous()) return true;
+  if (x.dim() == 4) return x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (x.dim() == 5) return x.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+  return false;
+}
+
+// The modules' eager entry: bn(x, weight, bias, running_mean, running_var,
+// num_batches_tracked, z, momentum (None: cumulative), eps, relu, training,
+// track_running_stats, comm) -> Tensor or None (the module's Python path).
+// relu: the ReLU epilogue (with z: BN+Add+ReLU); z without relu: bn(x) + z.
+py::object bn_eager(py::handle xo, py::handle wo, py::handle bo, py::handle rmo, py::handle rvo, py::handle nbto,
+                    py::handle zo, py::handle momentum_o, double eps, bool relu, bool training, bool track,
+                    int64_t comm) {
+  if (!THPVariable_CheckExact(xo.ptr())) return py::none();
+  const at::Tensor &x = THPVariable_Unpack(xo.ptr());
+  c10::optional<at::Tensor> w, b, rm, rv, nbt, z;
+  if (!plain_cuda(x) || !unpack(wo.ptr(), w) || !unpack(bo.ptr(), b) || !unpack(rmo.ptr(), rm) ||
+      !unpack(rvo.ptr(), rv) || !unpack(zo.ptr(), z) || !plain_context())
+    return py::none();
+  if (nbto.ptr() != Py_None) {
+    if (!unpack(nbto.ptr(), nbt) || nbt->scalar_type() != at::kLong) return py::none();
+  }
+  if (!lib_dtype(x.scalar_type()) || x.numel() == 0 || x.dim() < 2 || x.dim() > FNORM_MAX_RANK || !(eps > 0) ||
+      !bn_layout_ok(x))
+    return py::none();
+  int64_t c = x.size(1);
+  for (auto *t : {&w, &b, &rm, &rv})
+    if (t->has_value() && ((*t)->scalar_type() != at::kFloat || (*t)->numel() != c || (*t)->dim() != 1 ||
+                           (*t)->device() != x.device()))
+      return py::none();
+  if (w.has_value() != b.has_value()) return py::none();
+  if (z.has_value() && (z->scalar_type() != x.scalar_type() || z->sizes() != x.sizes())) return py::none();
+  double momentum = -1.0;
+  if (momentum_o.ptr() != Py_None) {
+    momentum = PyFloat_AsDouble(momentum_o.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return py::none();
+    }
+  }
+  bool bn_training = training || (!rm.has_value() && !rv.has_value());
+  bool grad = at::GradMode::is_enabled() &&
+              (x.requires_grad() || (w.has_value() && (w->requires_grad() || b->requires_grad())) ||
+               (z.has_value() && z->requires_grad()));
+  if (bn_training) {
+    int64_t per_channel = x.size(0);
+    for (int64_t d = 2; d < x.dim(); ++d) per_channel *= x.size(d);
+    if (per_channel == 1) return py::none();  // torch's ValueError, from the Python path
+  } else if (grad || !rm.has_value() || !rv.has_value()) {
+    return py::none();  // no inference backward in the library: torch's
+  }
+  RECORD_FUNCTION("fusednorm::batch_norm", std::vector<c10::IValue>({x}));
+  at::Tensor y;
+  {
+    py::gil_scoped_release no_gil;
+    c10::optional<at::Tensor> zz;
+    if (z.has_value() && relu) zz = z->strides() == x.strides() ? *z : at::empty_like(x).copy_(*z);
+    int64_t epi = relu ? (zz.has_value() ? FNORM_BN_EPILOGUE_ADD_RELU : FNORM_BN_EPILOGUE_RELU)
+                       : FNORM_BN_EPILOGUE_NONE;
+    if (!bn_training) {
+      y = bn_fwd_infer(x, w, b, *rm, *rv, zz, eps, epi);
+    } else {
+      bool upd = training && track;
+      c10::optional<at::Tensor> none;
+      const auto &rm1 = upd ? rm : none;
+      const auto &rv1 = upd ? rv : none;
+      const auto &nbt1 = upd ? nbt : none;
+      if (grad)
+        y = BatchNormFunction<true>::apply(x, w, b, rm1, rv1, nbt1, zz, momentum, eps, epi, comm, 0);
+      else
+        y = std::get<0>(bn_fwd_train(x, w, b, rm1, rv1, nbt1, zz, momentum, eps, epi, comm, 0));
+    }
+    if (z.has_value() && !relu) y = at::add(y, *z);
+  }
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
 }
 
 // ---- Linear -----------------------------------------------------------------
@@ -552,11 +976,11 @@ std::tuple<at::Tensor, at::Tensor> linear_fwd(const at::Tensor &x, const at::Ten
   same_device(w, x, "weight");
   same_device(b, x, "bias");
   c10::cuda::CUDAGuard guard(x.device());
-  bool has_bias = b.has_value() && b->defined();
+  bool has_bias = given(b);
   auto epi = linear_epilogue(has_bias, act);
-  std::vector<int64_t> ysz(x.sizes().begin(), x.sizes().end());
+  c10::SmallVector<int64_t, 8> ysz(x.sizes().begin(), x.sizes().end());
   ysz.back() = w.size(0);
-  at::Tensor y = at::empty(ysz, x.options());
+  at::Tensor y(at::detail::empty_cuda(ysz, x.scalar_type(), x.device(), c10::nullopt));
   auto h = handle_for(x);
   auto ld = linear_desc(epi);
   auto xd = desc_of(x, "x");
@@ -570,7 +994,7 @@ std::tuple<at::Tensor, at::Tensor> linear_fwd(const at::Tensor &x, const at::Ten
       return n;
     });
   }
-  at::Tensor aux = at::empty({static_cast<int64_t>(aux_bytes)}, x.options().dtype(at::kByte));
+  at::Tensor aux = new_vec(static_cast<int64_t>(aux_bytes), at::kByte, x);
   size_t ws_bytes = cached_size(8, {h, ld, xd, wd, yd}, [&] {
     size_t n = 0;
     check(abi.fnorm_linear_fwd_workspace_size(h, ld, xd, wd, yd, &n), "fnorm_linear_fwd_workspace_size");
@@ -588,10 +1012,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_bwd(const at::Tensor &dy, 
                                                           int64_t act, bool need_dx, bool need_dw, bool need_db) {
   c10::cuda::CUDAGuard guard(x.device());
   auto epi = linear_epilogue(has_bias, act);
-  at::Tensor dx = need_dx ? at::empty(x.sizes(), x.options()) : empty0(x, x.scalar_type());
+  at::Tensor dx = need_dx ? at::Tensor(at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), c10::nullopt))
+                          : empty0(x, x.scalar_type());
   at::Tensor dw = need_dw ? at::empty_like(w) : empty0(x, w.scalar_type());
   bool want_db = need_db && has_bias;
-  at::Tensor db = want_db ? at::empty({dy.size(-1)}, dy.options()) : empty0(x, dy.scalar_type());
+  at::Tensor db = want_db ? new_vec(dy.size(-1), dy.scalar_type(), x) : empty0(x, dy.scalar_type());
   auto h = handle_for(x);
   auto ld = linear_desc(epi);
   auto xd = desc_of(x, "x");
@@ -615,39 +1040,116 @@ at::Tensor linear_cuda(const at::Tensor &x, const at::Tensor &w, const c10::opti
   return std::get<0>(linear_fwd(x, w, b, act, false));
 }
 
-class LinearFunction : public torch::autograd::Function<LinearFunction> {
+at::Tensor linear_reference(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b, int64_t act) {
+  c10::optional<at::Tensor> bb;
+  if (b.defined()) bb = b;
+  at::Tensor y = at::linear(x, w, bb);
+  if (act == 1) return at::relu(y);
+  if (act == 2) return at::gelu(y, "tanh");
+  return y;
+}
+
+template <bool Direct>
+class LinearFunction : public torch::autograd::Function<LinearFunction<Direct>> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x, const at::Tensor &w,
                             const c10::optional<at::Tensor> &b, int64_t act) {
-    static auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear_fwd", "").typed<decltype(linear_fwd)>();
-    auto [y, aux] = op.call(x, w, b, act, true);
-    ctx->save_for_backward({x, w, aux});
-    ctx->saved_data["act"] = act;
-    ctx->saved_data["has_bias"] = given(b);
-    ctx->saved_data["edge_b"] = given(b) ? int64_t{2} : int64_t{-1};
+    at::Tensor y, aux;
+    if (Direct) {
+      std::tie(y, aux) = linear_fwd(x, w, b, act, true);
+    } else {
+      static auto op =
+          c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear_fwd", "").typed<decltype(linear_fwd)>();
+      std::tie(y, aux) = op.call(x, w, b, act, true);
+    }
+    ctx->save_for_backward({x, w, aux, b.value_or(at::Tensor())});
+    ctx->saved_data["m"] = act | (int64_t{given(b)} << 4);
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
-    static auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear_bwd", "").typed<decltype(linear_bwd)>();
     auto saved = ctx->get_saved_variables();
-    bool has_bias = ctx->saved_data["has_bias"].toBool();
+    int64_t m = ctx->saved_data["m"].toInt();
+    int64_t act = m & 0xf;
+    bool has_bias = (m >> 4) & 1;
+    bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    bool need_db = has_bias && ctx->needs_input_grad(2);
+    if (double_backward(Direct, saved[0])) {  // create_graph: a differentiable gradient
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      if (need_x) wrt.emplace_back(0, saved[0]);
+      if (need_w) wrt.emplace_back(1, saved[1]);
+      if (need_db) wrt.emplace_back(2, saved[3]);
+      return grads_with_graph(linear_reference(saved[0], saved[1], saved[3], act), grads[0], wrt, 4);
+    }
     // aux was written for y's packed layout: dy in the same.
-    bool need_db = needs(ctx, "edge_b");
-    auto [dx, dw, db] = op.call(grads[0].contiguous(), saved[0], saved[1], saved[2], has_bias,
-                                ctx->saved_data["act"].toInt(), ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                need_db);
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) ? dw : at::Tensor(),
-            need_db ? db : at::Tensor(), at::Tensor()};
+    at::Tensor dy = grads[0].contiguous();
+    at::Tensor dx, dw, db;
+    if (Direct) {
+      std::tie(dx, dw, db) = linear_bwd(dy, saved[0], saved[1], saved[2], has_bias, act, need_x, need_w, need_db);
+    } else {
+      static auto op =
+          c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear_bwd", "").typed<decltype(linear_bwd)>();
+      std::tie(dx, dw, db) = op.call(dy, saved[0], saved[1], saved[2], has_bias, act, need_x, need_w, need_db);
+    }
+    return {need_x ? dx : at::Tensor(), need_w ? dw : at::Tensor(), need_db ? db : at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor linear_autograd(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
                            int64_t act) {
-  return LinearFunction::apply(x, w, b, act);
+  return LinearFunction<false>::apply(x, w, b, act);
+}
+
+// Autocast: linear is on autocast's lower-precision list (x, weight and bias
+// cast to the autocast dtype, weights cached for the region, as torch's).
+at::Tensor linear_autocast(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
+                           int64_t act) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear", "").typed<decltype(linear_autograd)>();
+  if (!at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) return op.call(x, w, b, act);
+  auto dt = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
+  return op.call(at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA),
+                 at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA),
+                 at::autocast::cached_cast(dt, b, c10::DeviceType::CUDA), act);
+}
+
+// The modules' eager entry: linear(x, weight, bias, act) -> Tensor or None.
+py::object linear_eager(py::handle xo, py::handle wo, py::handle bo, int64_t act) {
+  if (!THPVariable_CheckExact(xo.ptr()) || !THPVariable_CheckExact(wo.ptr())) return py::none();
+  at::Tensor x = THPVariable_Unpack(xo.ptr());
+  at::Tensor w = THPVariable_Unpack(wo.ptr());
+  c10::optional<at::Tensor> b;
+  if (!plain_cuda(x) || !plain_cuda(w) || !unpack(bo.ptr(), b) || !plain_context()) return py::none();
+  if (x.dim() < 2 || x.dim() > FNORM_MAX_RANK || x.numel() == 0 || w.numel() == 0 || w.dim() != 2 ||
+      x.size(-1) != w.size(1) || (act != 0 && !b.has_value()) || w.device() != x.device())
+    return py::none();
+  if (at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) {
+    auto dt = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
+    x = at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA);
+    w = at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA);
+    b = at::autocast::cached_cast(dt, b, c10::DeviceType::CUDA);
+  }
+  auto dt = x.scalar_type();
+  if (!lib_dtype(dt) || w.scalar_type() != dt || (b.has_value() && (b->scalar_type() != dt || b->dim() != 1 ||
+                                                                      b->size(0) != w.size(0) ||
+                                                                      b->device() != x.device())))
+    return py::none();
+  RECORD_FUNCTION("fusednorm::linear", std::vector<c10::IValue>({x}));
+  at::Tensor y;
+  {
+    py::gil_scoped_release no_gil;
+    if (!rowwise(x, x.dim() - 1)) x = x.contiguous();
+    if (!w.is_contiguous()) w = w.contiguous();
+    bool grad = at::GradMode::is_enabled() &&
+                (x.requires_grad() || w.requires_grad() || (b.has_value() && b->requires_grad()));
+    if (grad)
+      y = LinearFunction<true>::apply(x, w, b, act);
+    else
+      y = std::get<0>(linear_fwd(x, w, b, act, false));
+  }
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
 }
 
 }  // namespace
@@ -655,11 +1157,11 @@ at::Tensor linear_autograd(const at::Tensor &x, const at::Tensor &w, const c10::
 TORCH_LIBRARY(fusednorm, m) {
   m.def("_bind_abi(int[] addrs) -> ()", &bind_abi);
   m.def("_abi_names() -> str[]", &abi_names);
-  m.def("norm_fwd(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps)"
+  m.def("norm_fwd(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps, int flags=0)"
         " -> (Tensor y, Tensor mean, Tensor rstd)");
   m.def("norm_bwd(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, int mode, int axis,"
-        " bool need_dgamma, bool need_dbeta) -> (Tensor dx, Tensor dgamma, Tensor dbeta)");
-  m.def("norm(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps) -> Tensor");
+        " bool need_dgamma, bool need_dbeta, int flags=0) -> (Tensor dx, Tensor dgamma, Tensor dbeta)");
+  m.def("norm(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps, int flags=0) -> Tensor");
   m.def("bn_fwd_train(Tensor x, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, Tensor(b!)? running_var,"
         " Tensor(c!)? num_batches_tracked, Tensor? z, float momentum, float eps, int epilogue, int comm,"
         " int sync_flags) -> (Tensor y, Tensor saved_mean, Tensor saved_invstd, Tensor reserve)");
@@ -696,13 +1198,15 @@ TORCH_LIBRARY_IMPL(fusednorm, Autograd, m) {
   m.impl("linear", linear_autograd);
 }
 
-// Eager calls from the modules come here directly (pybind11): the autograd
-// function and the CUDA kernel without the Python-side operator lookup and
-// schema-driven argument parsing of torch.ops, which cost several
-// microseconds per call. Under torch.compile the modules call torch.ops.
+TORCH_LIBRARY_IMPL(fusednorm, AutocastCUDA, m) {
+  m.impl("norm", norm_autocast);
+  m.impl("linear", linear_autocast);
+}
+
+// The modules' eager entry points (see norm_eager, bn_eager, linear_eager);
+// under torch.compile, FX and export the modules call torch.ops.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("norm", &norm_autograd);
-  m.def("batch_norm", &batch_norm_autograd);
-  m.def("bn_infer", &bn_fwd_infer);
-  m.def("linear", &linear_autograd);
+  m.def("norm", &norm_eager);
+  m.def("bn", &bn_eager);
+  m.def("linear", &linear_eager);
 }
