@@ -12,7 +12,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?usage: check-packaging.sh WORK_DIR}
-mkdir -p "$work"
+mkdir -p "$work" && work=$(cd "$work" && pwd)
 passed=0 failed=0
 ok() { echo "ok: $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $1"; failed=$((failed + 1)); }

@@ -71,7 +71,7 @@ void *const *open(Library &lib) {
                            "was compiled against; %s needs it",
                            lib.name, lib.soname, where.c_str(), missing.c_str(), lib.needed_by);
     } else {
-      void **table = new void *[lib.count];  // kept for the process, as the library stays open
+      void **table = new void *[lib.count];  // the library stays open for the process
       for (size_t i = 0; i < lib.count; ++i) table[i] = syms[i];
       Dl_info info{};
       if (handle != RTLD_DEFAULT && dladdr(syms[0], &info) != 0 && info.dli_fname != nullptr)

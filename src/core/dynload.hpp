@@ -21,6 +21,12 @@ struct Library {
   Library(const char *name_, const char *soname_, const char *needed_by_, const char *const *symbols_,
           size_t count_)
       : name(name_), soname(soname_), needed_by(needed_by_), symbols(symbols_), count(count_) {}
+  // The tables' Library objects are never destroyed (core/dynload_<lib>.cpp
+  // makes them with new): forwarders may still run during static
+  // destruction. A Library with a shorter life (a test's) frees its table.
+  ~Library() { delete[] table.load(); }
+  Library(const Library &) = delete;
+  Library &operator=(const Library &) = delete;
   const char *name;       // "cuDNN"
   const char *soname;     // the major version the build compiled against: "libcudnn.so.9"
   const char *needed_by;  // what fails without it: "the BatchNorm cuDNN engine"
@@ -28,7 +34,7 @@ struct Library {
   size_t count;
   // Filled once per process by open().
   std::mutex mutex;
-  std::atomic<void *const *> table{nullptr};
+  std::atomic<void **> table{nullptr};
   bool failed = false;
   std::string failure;  // the message, once failed
   std::string where;    // the path it was opened from, once opened

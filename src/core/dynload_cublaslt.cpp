@@ -44,8 +44,8 @@
 namespace {
 enum : size_t { FNORM_CUBLASLT_FUNCTIONS(FNORM_DYNLOAD_INDEX) kCount };
 const char *const kNames[] = {FNORM_CUBLASLT_FUNCTIONS(FNORM_DYNLOAD_NAME)};
-fnorm::dynload::Library kLib("cuBLASLt", FNORM_CUBLASLT_SONAME,
-                               "the fully-connected layer (fnorm_linear_*)", kNames, kCount);
+fnorm::dynload::Library &kLib = *new fnorm::dynload::Library("cuBLASLt", FNORM_CUBLASLT_SONAME,
+                                                  "the fully-connected layer (fnorm_linear_*)", kNames, kCount);
 }  // namespace
 
 extern "C" {

@@ -71,8 +71,8 @@
 namespace {
 enum : size_t { FNORM_CUDNN_FUNCTIONS(FNORM_DYNLOAD_INDEX) kCount };
 const char *const kNames[] = {FNORM_CUDNN_FUNCTIONS(FNORM_DYNLOAD_NAME)};
-fnorm::dynload::Library kLib("cuDNN", FNORM_CUDNN_SONAME,
-                               "the BatchNorm cuDNN engine (FNORM_BN_ENGINE_CUDNN)", kNames, kCount);
+fnorm::dynload::Library &kLib = *new fnorm::dynload::Library("cuDNN", FNORM_CUDNN_SONAME,
+                                                  "the BatchNorm cuDNN engine (FNORM_BN_ENGINE_CUDNN)", kNames, kCount);
 }  // namespace
 
 extern "C" {

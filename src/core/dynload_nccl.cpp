@@ -18,8 +18,8 @@
 namespace {
 enum : size_t { FNORM_NCCL_FUNCTIONS(FNORM_DYNLOAD_INDEX) kCount };
 const char *const kNames[] = {FNORM_NCCL_FUNCTIONS(FNORM_DYNLOAD_NAME)};
-fnorm::dynload::Library kLib("NCCL", FNORM_NCCL_SONAME,
-                               "SyncBatchNorm (a descriptor with a communicator)", kNames, kCount);
+fnorm::dynload::Library &kLib = *new fnorm::dynload::Library("NCCL", FNORM_NCCL_SONAME,
+                                                  "SyncBatchNorm (a descriptor with a communicator)", kNames, kCount);
 }  // namespace
 
 extern "C" {
