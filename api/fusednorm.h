@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /** @file
  * libfusednorm: fused normalization kernels for NVIDIA GPUs behind a C ABI.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /** @file
  * libfusednorm version: the single source of truth.
  * meson.build's project() takes its version from these three lines (through

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """BatchNorm engines side by side in one process: NATIVE, CUDNN and AUTO,
 training forward and backward (no epilogue), over a ladder of sizes, three
 rounds interleaved (engine by engine within a round), medians. One process,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A/B of the fully-connected layer's paths in one process (issue 20 item 6):
 each variant is a handle created with the library's A/B hooks set
 (src/core/tuning.hpp, read at fnorm_create), timed beside the others and PyTorch on

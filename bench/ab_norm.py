@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A/B of several libfusednorm builds (LayerNorm/RMSNorm) in one process:
 each case runs bench_layernorm's measurement of our call once per build, three
 rounds interleaved, and prints the medians. One process, because the same

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """BatchNorm benchmark: libfusednorm (NATIVE engine, and its CUDNN engine where
 cuDNN takes the case) against PyTorch's batch_norm with cuDNN enabled and
 with cuDNN disabled (its native kernels), measured in the same run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """LayerNorm / RMSNorm benchmark: libfusednorm beside PyTorch, in one run.
 
 Ops (shared/design.md §6 names): layernorm_fwd, rmsnorm_fwd, layernorm_bwd,

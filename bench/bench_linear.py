@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fully-connected layer benchmark: libfusednorm (cuBLASLt with fused
 epilogues) beside PyTorch and the unfused baselines, in one run.
 

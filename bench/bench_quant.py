@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Quantized-output norm benchmark: fnorm_norm_fwd_quant beside PyTorch's
 composition, eager and under torch.compile (Inductor fuses it into one
 Triton kernel: the real anchor, shared/design.md §9), in one run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """SyncBatchNorm benchmark on several GPUs (one process each): per rank
 [64, 256, 56, 56] fp16 NHWC, BN + add + ReLU, forward + backward.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fusednorm.torch against torch.nn (and Liger-Kernel) in one process.
 
 Rows (DIR/rows_torch.json, {"rows": [...]}, merged by merge_results.py):

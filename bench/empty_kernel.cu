@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The baseline of bench/host_overhead.c: a kernel that does nothing, whose
 // cudaLaunchKernel is the cheapest launch there is.
 #include <cuda_runtime_api.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Host time per call of each op's C entry point (validation, plan lookup,
  * launch), against a bare cudaLaunchKernel of an empty kernel, at
  * decode-sized shapes where host time is the step time.

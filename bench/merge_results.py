@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Merge the benchmark outputs of one run into DIR/<gpu>.json and <gpu>.md:
 the LayerNorm/RMSNorm file bench_layernorm.py wrote there, plus the rows of
 every DIR/rows_<family>.json (and its .md section) the other benchmarks wrote

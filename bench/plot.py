@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Render benchmark results (bench/results/<gpu>.json) into PNG charts beside it.
 
 Charts (each written only when the JSON holds its rows):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Per-kernel GPU times of libfusednorm's BatchNorm passes (torch.profiler),
 for looking at where a case spends its time. Not a benchmark: eager calls,
 one buffer set. Usage: profile_batchnorm.py [--cases i,j]"""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """One eager call per case of libfusednorm's LayerNorm/RMSNorm kernels and of
 PyTorch's, for a profiler (ncu) to read their counters. Not a benchmark: one
 buffer set, no timing. Usage:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libfusednorm demo: BatchNorm + ReLU training step from C (NCHW fp32).
  *
  * Shows the workspace / reserve-space flow: ask each size, allocate, run the

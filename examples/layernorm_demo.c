@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libfusednorm demo: LayerNorm forward from C.
  *
  * Creates a handle, describes a [rows, cols] fp32 tensor, asks for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libfusednorm demo: SyncBatchNorm on two GPUs, one process each.
  *
  * The library never creates processes or communicators: here the program

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Render libfusednorm's kernel instantiations and dispatch table.
 
 Usage:

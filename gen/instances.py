@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The declarative instance list: which kernels libfusednorm compiles.
 
 Every kernel the runtime can dispatch to is one `Instance` here. Adding a

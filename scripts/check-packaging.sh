@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `pip wheel .` and `pip install .` from this tree (meson-python, pyproject.toml),
 # then the installed package as a user gets it: `import fusednorm` finds its
 # own library with no environment variable, the wheel holds the library, its

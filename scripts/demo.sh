@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build libfusednorm and run the LayerNorm demo (README's demo command).
 # Without a GPU the demo says so and exits non-zero.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Render the benchmark results JSON into PNG charts beside it.
 # Installs the pinned matplotlib into .tools/ (the virtual environment
 # scripts/setup.sh makes; created here if absent) when it is missing there.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Make sure a Go toolchain is there for the Go binding; print the PATH to use
 # (its directory first), as setup.sh does for meson and ninja.
 # Uses the `go` already on PATH when it is recent enough (GO_MIN); otherwise

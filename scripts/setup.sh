@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Make sure the build tools are there; print the directory to put first on PATH.
 # Uses meson/ninja/Jinja2 already installed when recent enough (the GPU machine
 # has them and no network); otherwise installs the pinned versions from PyPI

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build libfusednorm and run its whole test suite (README's test command).
 # Installs the pinned build tools if they are missing (scripts/setup.sh).
 # Without a GPU the GPU tests report SKIP (exit 77) with the reason; the host

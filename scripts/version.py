@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Print libfusednorm's version, major.minor.patch, from api/fusednorm_version.h:
 the one place it is written. meson.build's project() runs this; so do the
 packaging checks (pyproject's version comes from project())."""

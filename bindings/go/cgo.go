@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fusednorm
 
 // The library is found through pkg-config (module "fusednorm"): an

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fusednorm is the Go binding of libfusednorm, fused normalization
 // kernels for NVIDIA GPUs (LayerNorm / RMSNorm, BatchNorm with ReLU and
 // Add+ReLU epilogues, SyncBatchNorm over the caller's NCCL communicator, a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by run-tests.sh and prebuild.sh: the Go environment for building
 # the binding against the libfusednorm build tree BUILD.
 #   . goenv.sh BUILD CUDA_LIBDIR STATE

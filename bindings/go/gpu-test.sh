@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # On the GPU machine: run the Go binding's prebuilt test binaries and
 # examples (bindings/go/prebuild.sh, carried in build-bindings/go/) against
 # BUILD_DIR/src/libfusednorm.so. The whole log goes to OUTDIR/go-tests.log

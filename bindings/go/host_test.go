@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fusednorm
 
 // Host tests: descriptors, errors and bad input. They need no GPU and run

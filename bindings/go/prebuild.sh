@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the Go binding's test binaries and examples here, for the GPU
 # machine (which has no Go toolchain), into build-bindings/go/ (ignored by
 # git; the device tool's `carry`); bindings/go/gpu-test.sh runs them there.

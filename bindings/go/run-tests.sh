@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # meson test 'bindings-go': go vet and go test ./... of the Go binding
 # against the library in BUILD. GPU tests t.Skip (with the reason) without a
 # device; the host tests (descriptors, errors, symbols, enums) always run.

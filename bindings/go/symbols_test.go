@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fusednorm
 
 // Coverage of the C API: every exported symbol (api/symbols.txt) is reached

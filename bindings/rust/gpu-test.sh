@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Rust binding on a GPU machine, which has no Rust toolchain: runs the
 # test binaries and examples that bindings/rust/prebuild.sh built elsewhere
 # and left in build-bindings/rust/ (carried with the tree), against

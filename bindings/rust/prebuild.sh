@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the Rust binding's test binaries and examples here (the GPU machine
 # has no Rust toolchain) and copies them into build-bindings/rust/ (ignored
 # by git), which the device tool carries (carry: ["build-bindings"]) and

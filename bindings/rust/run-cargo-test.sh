@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # meson test 'bindings-rust': `cargo test --offline --locked` of the Rust
 # workspace against the library just built (pkg-config module
 # fusednorm-uninstalled from BUILD_DIR/meson-uninstalled), with cargo's

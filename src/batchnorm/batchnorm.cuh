@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm device code: the two reduction passes (forward Welford
 // statistics, backward gradient sums) and the two elementwise passes
 // (normalize + epilogue + ReLU bitmask, and dx). The per-channel combination

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm inside the library: the descriptor object and the op contract's
 // three steps (core/op.hpp), shared by the three passes.
 //   bn_desc.cpp          fnorm_batchnorm_desc_* (the descriptor API)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm / SyncBatchNorm entry points: describe and check
 // (bn_validate.cpp), choose the engine (bn_plan.cpp), plan and launch on it
 // (bn_native.cpp, bn_cudnn_engine.cpp).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The per-channel end of a BatchNorm reduction, shared by the finalize
 // kernels (bn_finalize.cu) and the one-launch kernels (bn_persistent.cuh,
 // bn_stream.cuh): from a channel's totals in double to the saved

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The BatchNorm cuDNN engine: the same entry points mapped onto cuDNN's
 // cudnnBatchNormalizationForwardTrainingEx / BackwardEx / ForwardInference.
 // NHWC fp16/bf16 uses CUDNN_BATCHNORM_SPATIAL_PERSISTENT (the mode of cuDNN's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The BatchNorm descriptor API (fnorm_batchnorm_desc_*).
 #include <cmath>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm per-channel combination of the reduction partials, in double
 // precision and a fixed order (a block per channel, threads over the partials):
 // forward statistics + running averages + the apply pass's coefficients,

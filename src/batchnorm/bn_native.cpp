@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm's native engine: the plan of a launch (BnNativeLaunch: the
 // workspace layout of bn_plan.cpp and every launch shape, cached per handle)
 // and its execution with the generated kernels: a one-launch kernel for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // SyncBatchNorm's use of NCCL: the communicator check and the all-reduce of
 // the per-channel statistics. The library never creates communicators: the
 // caller's comes in through fnorm_batchnorm_desc_set_comm.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Device pieces both one-launch BatchNorm kernels use (bn_persistent.cuh's
 // one-wave kernel, bn_stream.cuh's streaming kernel): a block's partial sums
 // per column before the grid barrier, and the gather form of the combine

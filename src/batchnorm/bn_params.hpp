@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm launch parameters and dispatch-table types, shared by the host
 // runtime (plain C++) and the generated kernel instantiations. No device code.
 //

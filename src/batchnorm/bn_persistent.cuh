@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm in one launch for problems that fit in the registers of one wave
 // of resident blocks (channels-last / [N, C] with C a power-of-two number of
 // packs, up to a few million elements): each thread loads its K packs once,

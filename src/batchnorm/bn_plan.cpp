@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm planning: which engine runs a call, and for the native engine
 // the reduction kind, splits and workspace layout (NativePlan). The size
 // queries and the launches both ask here, so they cannot disagree.

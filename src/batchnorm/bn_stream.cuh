@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm's training forward in one launch for channels-last tensors
 // ([N, C], NHWC, NDHWC) whose C is PACK times a power of two <= 256, at any
 // size (the streaming one-launch kernel; bn_persistent.cuh's one-wave kernel

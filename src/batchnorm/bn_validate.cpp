@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // BatchNorm: describe (tensor descriptors -> BnProblem, the layout) and the
 // checks of a call's pointers and sizes. Built on core/validate.hpp.
 #include <algorithm>

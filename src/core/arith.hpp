@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Integer helpers shared by host and device code: rounding, alignment and
 // overflow-checked size arithmetic. No CUDA headers needed.
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Column sums of per-block partial rows, in a fixed order (the same bits run
 // to run for a given grid): the norm backward's dgamma / dbeta and the
 // fully-connected layer's bias gradients.

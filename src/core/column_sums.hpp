@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Column sums of fp32 partial rows: one pass that turns [partials][cols]
 // per-block sums into a vector (core/column_sums.cu).
 #pragma once

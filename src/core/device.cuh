@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Device building blocks shared by every op: dtype conversion, vector packs,
 // and the one warp/block all-reduce (sum or Welford).
 #pragma once

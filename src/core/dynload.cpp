@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Opening the optional NVIDIA libraries at first use (core/dynload.hpp).
 #include "core/dynload.hpp"
 

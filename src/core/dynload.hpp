@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The optional NVIDIA libraries (cuBLASLt, cuDNN, NCCL), opened at first use
 // instead of linked: libfusednorm's only NVIDIA dependency at load time is
 // cudart, so a LayerNorm-only program needs nothing else installed, and a

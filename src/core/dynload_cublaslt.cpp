@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The functions of cuBLASLt that libfusednorm calls (the fully-connected
 // layer), resolved from the library at first use (core/dynload.hpp). The
 // *Init functions of cublasLt.h are inline and call the *_internal ones.

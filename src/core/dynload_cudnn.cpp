@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The functions of cuDNN that the BatchNorm cuDNN engine calls, resolved at
 // first use (core/dynload.hpp). Several are marked deprecated in cuDNN 9
 // (the legacy BatchNorm API): defining their forwarders is not a use.

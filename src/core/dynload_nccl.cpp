@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The functions of NCCL that SyncBatchNorm calls, resolved at first use
 // (core/dynload.hpp) from the NCCL already in the process when there is one:
 // the caller's communicator must be used by the NCCL that created it.

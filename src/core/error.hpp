@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Errors on their way to the ABI: the API guard that turns them into a
 // status and the thread's last-error message, the argument-check macros and
 // the dtype names. Nothing here is exported.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // fnorm_create / fnorm_destroy / fnorm_get_device, the device guard, and
 // the handles' ids and op slots.
 #include <atomic>

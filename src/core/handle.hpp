@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The object behind fnorm_handle_t: the device it is bound to, that device's
 // properties, the tuning read at its creation, the occupancy cache, and one
 // opaque slot per op for what an op creates on first use (a cuBLASLt or

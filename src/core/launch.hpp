@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // What plans are computed from besides the call's description (the
 // device's properties and the occupancy of its kernels), and the shape a
 // plan gives each launch. Shared by the host runtime and the launchers of

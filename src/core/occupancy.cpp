@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Kernel occupancy, cached per handle: what the planners of every op size
 // their launches with.
 #include <map>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The contract every op follows (norm/, batchnorm/, linear/), in three steps
 // with the same names everywhere:
 //

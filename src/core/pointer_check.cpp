@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "core/pointer_check.hpp"
 
 #include <cuda.h>

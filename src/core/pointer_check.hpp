@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Checked mode: with FNORM_CHECK_POINTERS=1 in the environment when the
 // handle is created, every launch asks CUDA about each pointer it was given
 // before enqueuing anything (api/fusednorm.h, fnorm_create).

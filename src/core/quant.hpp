@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Quantized outputs: fp32 -> FP8 (OCP E4M3 / E5M2) and INT8 codes, and the
 // per-token scale, with the rules api/fusednorm.h states for
 // fnorm_norm_fwd_quant. Host and device code alike (the host tests compile

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The object behind fnorm_tensor_desc_t (core/tensor_desc.cpp).
 #pragma once
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The tensor descriptor API (fnorm_tensor_desc_*), used by every op.
 #include "core/error.hpp"
 #include "core/tensor.hpp"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The library's one reader of the environment (core/tuning.hpp).
 #include "core/tuning.hpp"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Tuning: every environment variable the library reads, read once per
 // handle (at fnorm_create) into plain values. The planners read this struct,
 // never the environment, and parse no strings. The knobs other than

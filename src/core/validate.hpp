@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The one validation layer every op uses: descriptors given and set, sizes
 // that agree, packed rows, the overlap rule, the workspace, the pack a set
 // of pointers allows. Each check throws Error with a message that names the

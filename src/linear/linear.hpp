@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The fully-connected layer inside the library: the descriptor object, the
 // op contract's steps (core/op.hpp), the cuBLASLt GEMM description and
 // algorithm cache, and what each file of the op provides.

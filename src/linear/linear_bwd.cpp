@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Fully-connected backward: describe and check (linear_validate.cpp), plan
 // (BwdPlan: the workspace layout and the two GEMMs, plan_wgrad: dw and maybe
 // db; plan_dgrad: dx and maybe the producer's derivative; cached per handle),

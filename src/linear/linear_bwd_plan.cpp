@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Fully-connected backward planning: the workspace layout
 // [align slack][cuBLASLt][dz][partial column sums] (for n = 1 the partial
 // region also holds launch_linear_bwd_n1's sums).

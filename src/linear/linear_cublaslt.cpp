@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The handle's cuBLASLt state, the algorithm cache and the GEMM launch.
 #include <algorithm>
 #include <memory>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The fully-connected layer's descriptor API and aux size query.
 #include "linear/linear.hpp"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Fully-connected forward: y = act(x W + bias) through cuBLASLt's fused
 // epilogue, or its GEMM without the activation (or without aux) and our
 // pass beside it where that is faster (own_pass), or the plain GEMM and our

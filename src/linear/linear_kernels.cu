@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The fully-connected layer's elementwise kernels (see linear_kernels.hpp).
 // They are memory-bound passes beside cuBLASLt's GEMMs; simple and exact
 // matters more here than the last few percent.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The fully-connected layer's own kernels: what cuBLASLt's epilogues do when
 // cuBLASLt has no fused kernel for a case, and the activation's derivative
 // applied to an input (cuBLASLt applies it only to a GEMM's output).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The fully-connected layer's entry points in a build without cuBLASLt:
 // every one exists and says why it cannot work.
 #include "linear/linear.hpp"

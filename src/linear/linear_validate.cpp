@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Fully-connected layer: describe (descriptors -> LinearProblem), the aux
 // buffers, the epilogues' vectors. Built on core/validate.hpp.
 #include <algorithm>

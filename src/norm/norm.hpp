@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm inside the library: the descriptor object and the op
 // contract's three steps (core/op.hpp) for the forward and the backward.
 //   norm_desc.cpp      fnorm_norm_desc_* (the descriptor API)

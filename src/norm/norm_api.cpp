@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm entry points: describe and check (norm_validate.cpp),
 // plan (norm_plan.cpp, cached per handle), launch the planned instance of
 // the generated dispatch table.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm backward.
 //
 //   x_hat = (s - mean) * rstd   (RMSNorm: s * rrms)      g = dy * scale

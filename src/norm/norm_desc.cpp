@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The normalization descriptor API (fnorm_norm_desc_*).
 #include <cfloat>
 #include <cmath>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm forward (optionally "add & norm"): tiers over one
 // load/store functor pair.
 //

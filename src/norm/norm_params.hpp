@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm launch parameters and dispatch-table types, shared by
 // the host runtime (plain C++) and the generated kernel instantiations
 // (CUDA). No device code. Tier and the pack limits come from the generator

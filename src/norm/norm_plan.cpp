@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm planning: which instance, tier, pack, block and grid a
 // call runs with, and the workspace it needs. The size queries and the
 // launches both call these, so they cannot disagree.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // LayerNorm / RMSNorm: describe (descriptors -> NormProblem) and the checks
 // of a call's pointers. Built on core/validate.hpp.
 #include <algorithm>

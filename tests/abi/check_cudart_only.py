@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """libfusednorm needs the CUDA runtime and nothing else from NVIDIA.
 
 1. Its dynamic section NEEDs libcudart and no cuDNN, NCCL or cuBLAS(Lt).

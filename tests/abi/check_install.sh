@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An installed prefix works for C users (issue 27 item 6): `meson install`
 # into a scratch prefix (DESTDIR), then
 #  - pkg-config: `--cflags --libs fusednorm` include -lcudart and CUDA's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Code built against the uninstalled library finds fusednorm.h and links
 # through meson-uninstalled/fusednorm-uninstalled.pc (what the Rust and Go
 # bindings use). Usage: check_pkgconfig.sh BUILD_DIR C_SOURCE

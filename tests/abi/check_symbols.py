@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The shared library exports exactly the symbols in api/symbols.txt, and
 every function the public header declares is among them."""
 import re

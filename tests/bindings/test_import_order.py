@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Importing the binding first leaves the process's choice of NVIDIA
 libraries to whoever loads them next (issue 27 item 1: with NCCL linked,
 `import fusednorm.torch` before `import torch` bound the system's NCCL and

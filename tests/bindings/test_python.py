@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding: its enums and ctypes prototypes match the C header,
 errors carry the library's message naming the argument, descriptors
 round-trip. Needs no GPU: the workspace queries (which take a handle, and a

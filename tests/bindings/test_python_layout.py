@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host-side checks of the Python binding's layout decisions (issue 16 item
 2: an output the binding allocates must have the layout of the descriptor
 the library writes it through) and of the PyTorch drop-in's C ABI table.

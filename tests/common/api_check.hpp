@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Helpers of the API tests: the thread's last error message, whether it
 // names what it should, and a tensor descriptor that frees itself.
 #pragma once

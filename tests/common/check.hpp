@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Minimal assertion helpers: print the expression, both values, file and
 // line; count passes and failures; finish with the closing line.
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Helpers of the GPU tests: the skip when there is no GPU, a CUDA call that
 // must succeed, a device buffer that frees itself, a host parallel loop for
 // the references, element sizes and names, the random seed,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // A handle that needs no GPU, for the host API tests: validation and size
 // queries happen before any device work. Shaped like one H100/H200.
 // Including this header also gives a white-box test every op's internal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host conversions between fp32 and the 16-bit formats (bit patterns), for
 // test inputs and references. Round to nearest even, as the device does.
 #pragma once

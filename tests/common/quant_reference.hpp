@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Float64 references of the quantized outputs (fnorm_norm_fwd_quant's rules
 // in api/fusednorm.h), written from the formats' definitions, independent of
 // the library's conversion code. Host and device alike (the GPU test runs

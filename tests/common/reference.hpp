@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Double-precision host references, independent of the library's code.
 #pragma once
 

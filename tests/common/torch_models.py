@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test models shared by the PyTorch drop-in's tests and its benchmark.
 Import after PyTorch is known to import (tests/common/torch_prologue.py, or
 the test's own guard)."""

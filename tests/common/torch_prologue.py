@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The start every PyTorch-based GPU test shares: exit 77 (a skip, with the
 reason) without PyTorch or a CUDA device, 99 when libfusednorm cannot be
 loaded (set FNORM_LIB); otherwise return (torch, torch.nn.functional, the

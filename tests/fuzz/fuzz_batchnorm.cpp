@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // libFuzzer target: BatchNorm size queries (training / reserve / inference /
 // backward) and launches with fuzzed descriptors (every layout, epilogue,
 // averaging mode and engine), pointers, aliasing and workspace sizes, against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // libFuzzer target: every descriptor's create/set/get/destroy, the error
 // strings, the status categories and the last-error buffer, in a fuzzed
 // sequence of calls. Launches nothing (the other targets do).

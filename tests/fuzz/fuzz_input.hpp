@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // What every fuzz target shares: a reader that turns libFuzzer's bytes into
 // arguments (integers, chosen values, tensor descriptors, fake device
 // pointers), and the handle that needs no GPU.

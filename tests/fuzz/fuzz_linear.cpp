@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // libFuzzer target: the fully-connected layer's size queries (aux, forward
 // and backward workspace) and launches with fuzzed descriptors, epilogues,
 // weight layouts, chained producers, pointers and buffer sizes, against the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // libFuzzer target: LayerNorm/RMSNorm size queries and launches (forward and
 // backward) with fuzzed descriptors, pointers, aliasing and workspace sizes,
 // against the fake handle (see fuzz_input.hpp).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run one libFuzzer target for a bounded time: run_fuzzer.sh TARGET CORPUS_DIR
 # FNORM_FUZZ_SECONDS (default 30) is the time; FNORM_FUZZ_SEED a fixed seed
 # (default: libFuzzer picks one and prints it as "Seed: N"; rerun with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Device helpers for the GPU tests (test code, not the library): random
 // fills on the device and a count of non-finite values.
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // GPU test of BatchNorm (training forward, running statistics over several
 // steps, inference, backward; NONE / RELU / ADD_RELU with the bitmask) against
 // the double-precision host reference, for the NATIVE engine and the CUDNN

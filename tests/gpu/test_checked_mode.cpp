@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Checked mode (FNORM_CHECK_POINTERS=1 at fnorm_create; issue 16 item 4):
 // every launch verifies that each pointer is memory the handle's device can
 // access and, where the driver can tell, that its allocation holds what the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Tensors with no elements on the GPU (api/fusednorm.h, "Empty tensors"):
 // every launch over an empty tensor returns SUCCESS and enqueues nothing
 // (counted in a stream capture) but what the header names: the zeros of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // GPU test of LayerNorm / RMSNorm forward and backward against the
 // double-precision host reference. Fresh random inputs every run (seed
 // printed; FNORM_TEST_SEED repeats one), outputs poisoned with NaN before each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // GPU test of the quantized forward (fnorm_norm_fwd_quant).
 //
 // 1. The conversion over every fp32 input (2^32 values): the device's

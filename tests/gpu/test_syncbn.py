@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """SyncBatchNorm over NCCL on several GPUs: one process per GPU, the
 ncclUniqueId made by rank 0 and handed to the others through a queue, the
 communicator made with ncclCommInitRank (ctypes on libnccl) and attached to

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """libfusednorm's BatchNorm beside PyTorch on the GPU, through the Python
 binding, for the NATIVE and the CUDNN engine.
 

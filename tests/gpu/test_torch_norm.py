@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """libfusednorm's LayerNorm / RMSNorm beside PyTorch on the GPU, through the
 Python binding.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The quantized forward (fnorm_norm_fwd_quant) beside PyTorch on the GPU.
 
 1. Every fp32 input through the library against torch's own conversion:

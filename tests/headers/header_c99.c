@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public header compiles alone as strict C99 with warnings as errors. */
 #include "fusednorm.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The public header compiles alone as C++ with warnings as errors, and its
 // stream type is what cudaStream_t points to.
 #include "fusednorm.h"

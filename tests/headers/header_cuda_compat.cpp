@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // fnorm_stream_t converts from cudaStream_t with no cast.
 #include <cuda_runtime_api.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host (no GPU) tests of the public API and the runtime's choices:
 // descriptors, error reporting, validation, size queries, kernel planning.
 // White-box: links the library's objects to reach the planner and to build a

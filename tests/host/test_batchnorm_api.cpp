@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host (no GPU) tests of the BatchNorm API: descriptor, layout detection,
 // validation of every launch argument before any device work, size queries
 // (workspace arithmetic, reserve space). White-box: a handle built without a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // What a build supports at run time: the GPUs it has code for (the status of
 // a launch on any other), and the loader of the optional NVIDIA libraries
 // (core/dynload.hpp). Default: the mechanism, with libraries that exist everywhere (libc) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host (no GPU) tests of the op contract (src/core/op.hpp) at every entry
 // point: the overlap rule over every pair of a call's buffers (each pair the
 // header forbids is BAD_PARAM naming both, each in-place pair it allows

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host tests of the kernel generator (gen/): the instance list, names,
 rendering, the configure-time output list and incremental writes."""
 import os

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host tests of the quantized outputs' conversions (src/core/quant.hpp, the
 // very functions the kernels run) against the float64 references
 // (tests/common/quant_reference.hpp): every FP8 code, ties, subnormals,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host (no GPU) tests of the quantized-output API: the one-byte dtypes are
 // accepted by descriptors and refused by every op but
 // fnorm_norm_fwd_quant's y; that entry point's size queries and the

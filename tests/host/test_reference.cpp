@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host tests of the test suite's own reference math and bit conversions, so
 // that the GPU tests compare against something known to be right.
 #include <cmath>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // GPU test of the fully-connected layer (fnorm_linear_fwd / _bwd) against a
 // double-precision host reference, on small shapes: m, n, k in {1, 3, 17, 64}
 // (every combination) plus a few with 1000, both weight layouts, every

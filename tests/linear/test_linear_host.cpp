@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Host (no GPU) tests of the fully-connected layer's API: descriptors,
 // validation of every argument before any device work, the aux and
 // workspace size queries. White-box: links the library's objects to build a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding of the fully-connected layer (fusednorm.linear): its
 enums and ctypes prototypes match api/fusednorm.h, the descriptor round-trips
 and errors name the argument. Needs no GPU: the size queries (which take a

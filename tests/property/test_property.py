@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Randomized property tests of every op against PyTorch in float64.
 
 Each case draws, from one seeded generator, an op and everything about it:

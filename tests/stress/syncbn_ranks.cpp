@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // SyncBatchNorm forward + backward on two GPUs, one forked process per rank,
 // small enough to run under compute-sanitizer's tools (scripts/gpu-sanitize
 // --two-gpus). Rank 0 holds 3 samples, rank 1 holds 5; then rank 0 holds

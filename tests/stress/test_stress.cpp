@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Stress: one handle shared by several threads, each launching LayerNorm
 // (forward + backward), BatchNorm (training forward + backward; the threads
 // alternate the NATIVE and the CUDNN engine) and the linear layer (forward +

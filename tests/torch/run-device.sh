@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # On the GPU machine, in one call: the library (built in build-gpu-torch with
 # tests off, unless FNORM_LIB names a built one), the drop-in's C++ ops, the
 # drop-in's tests (the contract suite, the module tests and the host tests

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fusednorm.torch against torch.nn's own contract (issue 26), on the GPU.
 
 PyTorch states what its modules must do as data: the sample inputs of

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fusednorm.torch without a GPU: on CPU tensors every module is torch.nn's
 own computation (the fallback), bit for bit; convert() swaps classes in place
 keeping the very parameter tensors; convert(fuse=True) finds the BN->ReLU,

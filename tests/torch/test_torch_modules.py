@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fusednorm.torch against torch.nn on the GPU (issue 19), and the Python
 binding's functions on non-dense tensors (issue 16 item 2).
 

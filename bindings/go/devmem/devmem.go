@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package devmem allocates, fills, copies and frees CUDA device memory for
 // the fusednorm tests and examples. It is not a general CUDA binding: a
 // program that already has one (or cudarc-like wrappers) should use that.

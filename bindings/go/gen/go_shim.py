@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Render the Go binding's C shim (bindings/go/shim.h, shim.c) from the
 public C header.
 
@@ -99,7 +100,8 @@ def render(funcs):
         call_head = f"  return gofn_ret({name}("
         call = wrap(call_head, call_args, "), msg);", len(call_head))
         defs.append(f"{sig} {{\n{call}\n}}")
-    shim_h = f"""/* {BANNER}
+    shim_h = f"""/* SPDX-License-Identifier: Apache-2.0 */
+/* {BANNER}
  *
  * The C half of the Go binding: one wrapper per fallible fnorm_* function,
  * gofn_<name> for fnorm_<name>. A failing call hands back the calling
@@ -118,7 +120,8 @@ def render(funcs):
 #include <fusednorm.h>
 
 """ + "\n".join(decls) + "\n\n#endif /* FUSEDNORM_GO_SHIM_H */\n"
-    shim_c = f"""/* {BANNER} */
+    shim_c = f"""/* SPDX-License-Identifier: Apache-2.0 */
+/* {BANNER} */
 #include "shim.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package half converts between float32 and the 16-bit formats the library
 // computes on: IEEE 754 binary16 (fp16) and bfloat16, both stored as uint16,
 // rounding to nearest even as CUDA's __float2half_rn / __float2bfloat16_rn.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python binding of libfusednorm's C ABI (ctypes), in three layers:
 
 - `lib`: the raw functions with their argument types (the low layer);

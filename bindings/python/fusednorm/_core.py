@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binding's private core: loading libfusednorm, the ctypes prototypes
 (every op module registers its own table here through `register`), the enums
 shared by all ops, `check` and the error type, owned handles and tensor

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """BatchNorm over libfusednorm's C ABI: the raw prototypes (added to the
 package's table), the descriptor, and PyTorch-facing functions that run on
 PyTorch's current stream of the input's device.

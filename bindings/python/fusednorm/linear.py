@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fully-connected layer (fnorm_linear_*) in the package's three layers:
 
 - the raw functions, registered in the package's `lib` and `_PROTOTYPES`

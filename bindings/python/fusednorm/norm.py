@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LayerNorm / RMSNorm (fnorm_norm_*): the raw prototypes (registered in the
 package's table), `NormDesc`, the size queries, and `layer_norm()`,
 `rms_norm()`, `norm_backward()` on PyTorch CUDA tensors, run on PyTorch's

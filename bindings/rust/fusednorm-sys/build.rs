@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Finds libfusednorm for linking: FUSEDNORM_LIB_DIR, else pkg-config
 //! (`fusednorm-uninstalled`, then `fusednorm`); with DOCS_RS set (docs.rs)
 //! links nothing. The declarations are never

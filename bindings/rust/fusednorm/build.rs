@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Run paths for this crate's own tests and examples (never for dependents):
 //! the libfusednorm that fusednorm-sys linked (DEP_FUSEDNORM_LIBDIR) and the
 //! CUDA runtime the test helper links. LD_LIBRARY_PATH still comes first.

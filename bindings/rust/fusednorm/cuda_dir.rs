@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // (Lives in the fusednorm crate so that its package is self-contained;
 // the unpublished testkit includes it from there.)
 // Where libcudart.so is, for build scripts (testkit's link line, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Links the CUDA runtime (the tests' device-memory helper calls it).
 #[path = "../fusednorm/cuda_dir.rs"]
 mod cuda_dir;

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // BatchNorm + Add + ReLU (ResNet's residual join) forward and backward
 // through the Go binding, fp16 channels-last, with the 1-bit ReLU mask kept
 // in the reserve space between the two, checked against a float64

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // LayerNorm forward and backward through the Go binding, checked against a
 // float64 reference on the host. Exits non-zero on a mismatch, or without a
 // GPU (saying so).

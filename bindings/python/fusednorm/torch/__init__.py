@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libfusednorm as PyTorch modules: drop-in subclasses of torch.nn's
 LayerNorm, RMSNorm, BatchNorm1d/2d/3d, SyncBatchNorm and Linear, and
 `convert(model, fuse=False)` that swaps them into a model (and with

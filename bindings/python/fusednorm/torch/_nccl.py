@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A dedicated NCCL communicator per (process group, device) for
 SyncBatchNorm: made with ncclGetUniqueId / ncclCommInitRank on the libnccl
 the library itself uses (the one already loaded under the soname

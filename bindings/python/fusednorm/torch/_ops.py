@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C++ ops (csrc/ops.cpp): found already compiled, bound to the library
 the binding loaded, and given their fake (meta) implementations for
 torch.compile. Nothing is compiled at import: a wheel built with PyTorch

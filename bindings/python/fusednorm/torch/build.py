@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build the drop-in's C++ ops (csrc/ops.cpp) for the PyTorch installed here:
 
     python -m fusednorm.torch.build [--dest DIR]

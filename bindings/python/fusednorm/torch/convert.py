@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """convert(model, fuse=False): libfusednorm's modules swapped into a model.
 
 Swapping changes each module's class in place (its parameters and buffers,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.nn modules on libfusednorm's kernels: each a subclass of the module
 it replaces (same parameters, buffers and state_dict keys; load_state_dict
 works both ways; torch's constructor and forward signatures), with the same

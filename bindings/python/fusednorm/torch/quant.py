@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LayerNorm / RMSNorm writing a quantized output in one pass, as PyTorch
 functions: `rms_norm_quant` and `layer_norm_quant` return `(y_q, scale)`
 (then the residual sum and amax when asked). The C++ op

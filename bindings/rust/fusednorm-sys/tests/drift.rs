@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The committed declarations (src/bindings.rs) against the header they were
 //! generated from (api/fusednorm.h, api/fusednorm_version.h): every function
 //! with the same argument and return types, every enum value, every opaque

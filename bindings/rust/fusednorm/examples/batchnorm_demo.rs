@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! BatchNorm + Add + ReLU training step from Rust (mirrors
 //! examples/batchnorm_demo.c with the ADD_RELU epilogue): ask each size,
 //! allocate, run the training forward (which writes the 1-bit ReLU mask into

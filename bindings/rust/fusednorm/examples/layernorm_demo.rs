@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! LayerNorm forward + backward from Rust (mirrors examples/layernorm_demo.c,
 //! plus the backward): a handle, fp32 [rows, cols] descriptors, workspace
 //! queries, launches on a stream of our own, and a check of y, mean, rstd,

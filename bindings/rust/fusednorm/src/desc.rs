@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The handle and the descriptors: owning types destroyed in `Drop`.
 //!
 //! Thread-safety, from the header: a handle may be used by several threads

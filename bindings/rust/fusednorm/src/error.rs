@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Statuses and the error type.
 use core::ffi::{c_char, CStr};
 use core::fmt;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Safe Rust API of libfusednorm: fused LayerNorm/RMSNorm (with residual
 //! add), BatchNorm (+ReLU / +Add+ReLU, native and cuDNN engines),
 //! SyncBatchNorm over the caller's NCCL communicator, and a cuBLASLt

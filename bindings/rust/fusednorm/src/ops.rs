@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Size queries (safe: they only read descriptors and device properties)
 //! and launches (`unsafe`: raw device pointers and a raw stream whose
 //! validity and lifetimes the caller guarantees, as in C).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The C enums and flag sets as Rust types. Rust code can only name the
 //! values below; a value the library returns that this binding does not know
 //! becomes an `Err` (enums) or is kept as raw bits (flags), never undefined

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Tensors with no elements through the safe crate (api/fusednorm.h, "Empty
 //! tensors"): a descriptor with a zero dimension is valid; the size queries
 //! answer 0; launches over empty tensors succeed with null data pointers and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! GPU tests through the safe crate: every op against a double-precision
 //! host reference on small odd shapes, every dtype, misaligned pointers,
 //! outputs poisoned (NaN) before each launch; the error path of bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Host-side tests: no GPU needed, so these really run in CI. Descriptors,
 //! errors and their messages, checked enums, and that every exported symbol
 //! is reachable through this crate.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Deterministic random data and the result checker (NaN never passes).
 
 /// splitmix64: the same numbers on every machine.

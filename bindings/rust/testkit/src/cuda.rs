@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The few CUDA runtime functions the tests and examples need, declared
 //! here (libcudart is linked by build.rs), and an owning device buffer.
 use core::ffi::{c_char, c_int, c_void, CStr};

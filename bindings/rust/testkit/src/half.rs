@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! fp16 and bfloat16 by hand (round to nearest even), and host encoding of
 //! test data in each dtype.
 

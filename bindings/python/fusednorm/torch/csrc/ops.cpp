@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // libfusednorm's ops for PyTorch: custom ops registered with TORCH_LIBRARY
 // (schema, a CUDA kernel calling the C ABI, autograd in C++, autocast rules),
 // and the modules' eager entry points (pybind11), which take the module's
