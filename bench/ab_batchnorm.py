@@ -191,7 +191,8 @@ def load_builds(spec):
         copy = os.path.join(copies, f"{name}.so")
         shutil.copy(path, copy)
         lib = ctypes.CDLL(copy)
-        _core._apply(lib, _core._PROTOTYPES)
+        # An older build (the baseline) lacks the entry points added since.
+        _core._apply(lib, {k: v for k, v in _core._PROTOTYPES.items() if hasattr(lib, k)})
         BUILDS[name] = (lib, {}, functools.lru_cache(maxsize=512)(_core._tensor_desc.__wrapped__),
                         functools.lru_cache(maxsize=64)(_fbn._bn_desc.__wrapped__))
         use_build(name)

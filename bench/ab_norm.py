@@ -44,7 +44,11 @@ for n, path in libs.items():
     copy = os.path.join(copies, f"{n}.so")
     shutil.copy(path, copy)
     L = ctypes.CDLL(copy)
+    # An older build (the baseline of an A/B) lacks the entry points added
+    # since; only the ones it has are typed.
     for name, (res, args) in fn._PROTOTYPES.items():
+        if not hasattr(L, name):
+            continue
         f = getattr(L, name); f.restype = res; f.argtypes = args
     cdll[n] = L
 B = bl.Bench(reps=30)

@@ -98,9 +98,10 @@ static fnorm_status_t norm_fwd(Case *c, cudaStream_t s) {
 }
 
 static fnorm_status_t norm_bwd(Case *c, cudaStream_t s) {
-  return fnorm_norm_bwd(g_handle, s, c->norm, c->t[0], c->buf[0], c->t[0], c->buf[1], (const float *)c->buf[4],
-                        (const float *)c->buf[5], c->t[1], c->buf[2], NULL, c->t[0], c->buf[6], c->buf[7], c->buf[8],
-                        c->buf[9], c->ws_bytes);
+  const int ln = strcmp(c->name, "layernorm_bwd") == 0;  /* RMSNorm: no mean, no dbeta */
+  return fnorm_norm_bwd(g_handle, s, c->norm, c->t[0], c->buf[0], c->t[0], c->buf[1],
+                        ln ? (const float *)c->buf[4] : NULL, (const float *)c->buf[5], c->t[1], c->buf[2], NULL,
+                        c->t[0], c->buf[6], c->buf[7], ln ? c->buf[8] : NULL, c->buf[9], c->ws_bytes);
 }
 
 static fnorm_status_t bn_train(Case *c, cudaStream_t s) {

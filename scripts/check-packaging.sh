@@ -34,6 +34,14 @@ if [ -n "$whl" ]; then
            "dist-info/LICENSE"; do
     if grep -q "$f" <<<"$contents"; then ok "wheel holds $f"; else bad "wheel lacks $f"; fi
   done
+  # Every module of the package's source tree is in the wheel (the install
+  # list in bindings/python/fusednorm/meson.build is kept by hand).
+  missing=
+  for f in $(cd "$root/bindings/python" && find fusednorm -name '*.py' | sort); do
+    grep -q "^$f " <<<"$contents" || missing="$missing $f"
+  done
+  [ -z "$missing" ] && ok "wheel holds every module of bindings/python/fusednorm" \
+    || bad "wheel lacks package modules:$missing (bindings/python/fusednorm/meson.build)"
   version=$("$root/scripts/version.py")
   case $(basename "$whl") in fusednorm-"$version"-*) ok "wheel version $version (api/fusednorm_version.h)";;
     *) bad "wheel $(basename "$whl") is not version $version";; esac

@@ -190,6 +190,8 @@ size_t workspace_for(fnorm_handle *h, const BnCall &c) {
 }
 
 size_t reserve_for(fnorm_handle *h, const BnCall &c) {
+  // Inference keeps nothing for a backward: it takes no reserve space.
+  if (c.pb.pass == BnPass::FwdInfer) return 0;
   // (AUTO runs cuDNN only where cuDNN's reserve is 0 and the epilogue NONE.)
   if (c.desc->engine == FNORM_BN_ENGINE_CUDNN) {
     if (c.engine == FNORM_BN_ENGINE_AUTO) require_cudnn(h, c);  // a size query

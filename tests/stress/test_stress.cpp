@@ -527,7 +527,10 @@ int main() {
       } else {
         CHECK_CMP(rss_growth, <=, 4L * handles);
       }
-      CHECK_CMP(dev_growth, <=, 2L * 1024);
+      // The control's device memory is cuDNN's own, not the library's. (The
+      // figure is device-wide: another process on the GPU shows up in it, so
+      // the suite runs this test alone, as meson does with is_parallel off.)
+      if (L.engine >= 0) CHECK_CMP(dev_growth, <=, 2L * 1024);
     }
     if (cudnn_engine_growth >= 0) {
       // Without the control (no cuDNN headers at build time) the plain bound.
