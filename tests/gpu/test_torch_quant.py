@@ -136,7 +136,11 @@ def check_case(mode, dtype, qdtype, per_token, rows, cols, layout, residual, gen
         y = (fn.layer_norm(x, w, b, eps, residual=r) if mode == "ln" else fn.rms_norm(x, w, eps, residual=r))
         y = (y[0] if residual else y).reshape(-1, cols)
         if per_token:
-            want_s = (y.abs().amax(-1, keepdim=True) / m).clamp(min=_min_scale(qdtype))
+            # amax / M correctly rounded, as the header states: in float64,
+            # then rounded (exact for one division of two floats). A CUDA
+            # tensor divided by a Python scalar is multiplied by its
+            # reciprocal in PyTorch, one ulp off for some amax.
+            want_s = (y.abs().amax(-1, keepdim=True).double() / m).float().clamp(min=_min_scale(qdtype))
             if not torch.equal(s_rows, want_s):
                 fail(f"{name}: per-token scales differ from torch's on our fp32 values")
         want = torch_codes(y, s_rows, qdtype)

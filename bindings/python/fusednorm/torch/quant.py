@@ -54,7 +54,9 @@ def reference_quant(v, dtype, scale=None):
     v = v.float()
     if scale is None:
         amax = v.abs().amax(-1, keepdim=True)
-        s = (amax / m).clamp(min=_min_scale(dtype))
+        # amax / M correctly rounded (the header's rule; PyTorch multiplies a
+        # CUDA tensor by the reciprocal of a Python scalar divisor).
+        s = (amax.double() / m).float().clamp(min=_min_scale(dtype))
         out_scale = s.squeeze(-1)
     else:
         s = out_scale = scale
