@@ -226,8 +226,12 @@ def plot_grid(res: dict, stem: str) -> None:
         last.axis("off")
         last.legend(legend.values(), legend.keys(), loc="center", fontsize=7, frameon=False)
         fig.text(0.5, 0.01, "rows (tokens per micro-batch)", ha="center", fontsize=8)
-        fig.suptitle(title(res, f"Training shapes, {dtype}: other library's time / ours (above 1: ours faster)"),
-                     fontsize=10)
+        # Rows merged in from a later, partial run carry it in `run`.
+        runs = sorted({r["run"] for r in rows_dt if r.get("run")})
+        head = f"Training shapes, {dtype}: other library's time / ours (above 1: ours faster)"
+        suptitle = (f"{head} — {res.get('gpu_name', res.get('gpu', '?'))} (run {', '.join(runs)})" if runs
+                    else title(res, head))
+        fig.suptitle(suptitle, fontsize=10)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         save(fig, f"{stem}-grid-{dtype}.png")
 
