@@ -39,6 +39,9 @@ macro_rules! c_enum {
                 }
             }
 
+            // Not every enum is read back from the library (a quantization
+            // scaling only goes in).
+            #[allow(dead_code)]
             pub(crate) fn from_library(raw: sys::$cty) -> Result<$name> {
                 $name::from_raw(raw).ok_or_else(|| Error::unknown_value($what, raw))
             }
