@@ -4,9 +4,12 @@
 own computation (the fallback), bit for bit; convert() swaps classes in place
 keeping the very parameter tensors; convert(fuse=True) finds the BN->ReLU,
 BN->add->ReLU and Linear->activation patterns of a ResNet-style model and an
-MLP and computes the same; state_dict keys are torch's. Runs where PyTorch
-imports (the C++ ops need not build: without them the modules fall back the
-same way); exit 77 where it does not.
+MLP and computes the same; state_dict keys are torch's; where the C++ ops
+are built, each module's torch.compile graph (traced on fake CUDA tensors)
+calls them, and the norm ops' fake kernels promise ops.cpp's outputs. Runs
+where PyTorch imports (the C++ ops need not build: without them the modules
+fall back the same way, and the compile checks skip); exit 77 where it does
+not.
 """
 import copy
 import os
@@ -101,6 +104,85 @@ class Host(unittest.TestCase):
         self.assertIsInstance(sync[1], ft.SyncBatchNorm)
         self.assertIsInstance(sync[1], nn.SyncBatchNorm)
         self.assertIs(sync[1].weight, model[1].weight)
+
+
+class Compile(unittest.TestCase):
+    """torch.compile reaches the library's ops: Dynamo's graph of each module,
+    traced on fake CUDA tensors (no GPU needed; running the graphs is the GPU
+    suite's part), calls torch.ops.fusednorm, not torch's operators."""
+
+    def test_functorch_check_under_dynamo(self):
+        # Dynamo wraps peek_interpreter_stack()'s None as an object that
+        # `is not None` holds for: every torch.compile'd module took torch's
+        # path, as under a functorch transform.
+        from fusednorm.torch import modules
+
+        def f(x):
+            return x + (1.0 if modules._torch_only() else 0.0)
+
+        x = torch.zeros(3)
+        torch._dynamo.reset()
+        got = {"eager": f(x), "vmap": torch.vmap(f)(x),
+               "compile": torch.compile(f, backend="eager", fullgraph=True)(x),
+               "compile(vmap)": torch.compile(torch.vmap(f), backend="eager", fullgraph=True)(x)}
+        self.assertEqual({k: bool(v.sum() > 0) for k, v in got.items()},
+                         {"eager": False, "vmap": True, "compile": False, "compile(vmap)": True})
+
+    def graph(self, make, *inputs):
+        """(target, args) of each call in Dynamo's graph of make()(*inputs),
+        module and inputs made on fake CUDA tensors."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        nodes = []
+
+        def backend(gm, example_inputs):
+            nodes.extend((str(n.target), n.args) for n in gm.graph.nodes if n.op == "call_function")
+            return gm
+
+        torch._dynamo.reset()
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            module = make()
+            args = [torch.randn(shape, device="cuda", dtype=dtype) for shape, dtype in inputs]
+            torch.compile(module, backend=backend, fullgraph=True)(*args)
+        return nodes
+
+    def test_compiled_norms_call_the_ops(self):
+        # The norms only: the fake kernels of Linear's and BatchNorm's
+        # forwards ask the library for the aux / reserve size, which needs a
+        # device (the GPU suite checks their graphs); the gate above is theirs too.
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        bf16 = torch.bfloat16
+        cases = [("LayerNorm", lambda: ft.LayerNorm(64, device="cuda", dtype=bf16), (8, 64), (0, 1, 1e-5)),
+                 ("RMSNorm", lambda: ft.RMSNorm(64, 1e-6, device="cuda", dtype=bf16), (2, 8, 64), (1, 2, 1e-6))]
+        for what, make, shape, mode_axis_eps in cases:
+            nodes = self.graph(make, (shape, bf16))
+            calls = [args for target, args in nodes if target == "fusednorm.norm"]
+            self.assertEqual(len(calls), 1, f"{what}: fusednorm.norm is not in the compiled graph: {nodes}")
+            self.assertEqual(tuple(calls[0][3:6]), mode_axis_eps, what)
+
+    def test_norm_fakes(self):
+        """The norm ops' fake kernels promise what ops.cpp returns: y and dx
+        in x's layout, one float32 statistic per row (mean empty for
+        RMSNorm), dgamma/dbeta packed in the weight's dtype or empty."""
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        ops = torch.ops.fusednorm
+        with FakeTensorMode():
+            x = torch.randn(6, 4, 40, device="cuda", dtype=torch.bfloat16)[..., :32]  # rows 40 apart
+            w = torch.randn(32, device="cuda")
+            for mode in (0, 1):
+                b = w if mode == 0 else None
+                y, mean, rstd = ops.norm_fwd(x, w, b, mode, 2, 1e-5, 0)
+                self.assertEqual((y.shape, y.stride(), y.dtype), (x.shape, torch.empty_like(x).stride(), x.dtype))
+                self.assertEqual((tuple(rstd.shape), rstd.dtype), ((24,), torch.float32))
+                self.assertEqual((tuple(mean.shape), mean.dtype), ((24,) if mode == 0 else (0,), torch.float32))
+                dx, dg, db = ops.norm_bwd(torch.empty_like(y), x, mean, rstd, w, b, mode, 2, True, True, 0)
+                self.assertEqual((dx.shape, dx.stride(), dx.dtype), (x.shape, y.stride(), x.dtype))
+                self.assertEqual((tuple(dg.shape), dg.dtype), ((32,), torch.float32))
+                self.assertEqual((tuple(db.shape), db.dtype), ((32,) if mode == 0 else (0,),
+                                                              torch.float32 if mode == 0 else x.dtype))
+                self.assertEqual(ops.norm(x, w, b, mode, 2, 1e-5, 0).stride(), y.stride())
 
 
 if __name__ == "__main__":

@@ -293,12 +293,23 @@ def _mlp(norm_cls, d=256):
 class CompileAndGraphs(unittest.TestCase):
     def check_compiled(self, model, x, dtype, what, z=None):
         eager = copy.deepcopy(model)
-        compiled = torch.compile(model, fullgraph=True)
+        called = []
+
+        def inductor(gm, example_inputs):  # Inductor, after noting what Dynamo's graph calls
+            called.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, example_inputs)
+
+        compiled = torch.compile(model, backend=inductor, fullgraph=True)
         xs = (x,) if z is None else (x, z)
         x1 = [t.clone().requires_grad_() for t in xs]
         x2 = [t.clone().requires_grad_() for t in xs]
         y1 = compiled(*x1)
         y2 = eager(*x2)
+        # Compiled and eager must both be the library's: a graph of torch's
+        # operators compares torch with the library, not compile with eager.
+        ops = [c for c in called if not c.startswith("<built-in")]  # getattr of a tensor's metadata
+        self.assertTrue(ops and all(c.startswith("fusednorm.") for c in ops), f"{what}: the compiled graph calls {ops}")
         close(self, y1, y2, dtype, what + " compiled y")
         # A random cotangent: with a last norm of unit gain and zero shift,
         # sum(y^2) is cols * var / (var + eps) per row, nearly constant, and its

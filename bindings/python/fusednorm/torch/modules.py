@@ -59,9 +59,12 @@ _ACTS = {None: 0, "relu": 1, "gelu_tanh": 2}
 def _torch_only() -> bool:
     """torch's own operators must run: ONNX export (they translate to standard
     ONNX operators), a TorchScript trace (it records only ATen operators), a
-    functorch transform (vmap, grad: no rules for the custom ops)."""
+    functorch transform (vmap, grad: no rules for the custom ops).
+    The interpreter is tested by its type: under torch.compile, Dynamo wraps
+    peek_interpreter_stack()'s None in an object for which `is not None`
+    holds."""
     return (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
-            or torch._C._functorch.peek_interpreter_stack() is not None)
+            or isinstance(torch._C._functorch.peek_interpreter_stack(), torch._C._functorch.CInterpreter))
 
 
 def _fx_call(module, args):
