@@ -105,6 +105,20 @@ class Host(unittest.TestCase):
         self.assertIsInstance(sync[1], nn.SyncBatchNorm)
         self.assertIs(sync[1].weight, model[1].weight)
 
+    def test_rms_default_eps_is_torchs(self):
+        """RMSNorm's eps=None (the modules' _RMS_EPS, and ops.cpp's) is what
+        torch's rms_norm adds: float32's epsilon for float32, float16 and
+        bfloat16 input, not the input dtype's."""
+        from fusednorm.torch import modules
+        self.assertEqual(modules._RMS_EPS, torch.finfo(torch.float32).eps)
+        torch.manual_seed(0)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            x = (0.05 * torch.randn(8, 64)).to(dtype)
+            y = torch.rms_norm(x, (64,), None, None)
+            self.assertTrue(torch.equal(y, torch.rms_norm(x, (64,), None, modules._RMS_EPS)), str(dtype))
+            if dtype != torch.float32:
+                self.assertFalse(torch.equal(y, torch.rms_norm(x, (64,), None, torch.finfo(dtype).eps)), str(dtype))
+
 
 class Compile(unittest.TestCase):
     """torch.compile reaches the library's ops: Dynamo's graph of each module,
@@ -153,7 +167,9 @@ class Compile(unittest.TestCase):
             self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
         bf16 = torch.bfloat16
         cases = [("LayerNorm", lambda: ft.LayerNorm(64, device="cuda", dtype=bf16), (8, 64), (0, 1, 1e-5)),
-                 ("RMSNorm", lambda: ft.RMSNorm(64, 1e-6, device="cuda", dtype=bf16), (2, 8, 64), (1, 2, 1e-6))]
+                 ("RMSNorm", lambda: ft.RMSNorm(64, 1e-6, device="cuda", dtype=bf16), (2, 8, 64), (1, 2, 1e-6)),
+                 ("RMSNorm eps=None", lambda: ft.RMSNorm(64, device="cuda", dtype=bf16), (8, 64),
+                  (1, 1, torch.finfo(torch.float32).eps))]
         for what, make, shape, mode_axis_eps in cases:
             nodes = self.graph(make, (shape, bf16))
             calls = [args for target, args in nodes if target == "fusednorm.norm"]

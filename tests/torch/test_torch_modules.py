@@ -105,6 +105,22 @@ class Norms(unittest.TestCase):
             for layout in ("slice", "expanded"):
                 self.run_norm(ft.RMSNorm, nn.RMSNorm, (33, 1000), 1000, dtype, layout)
 
+    def test_rms_default_eps(self):
+        """eps=None is torch's epsilon, float32's for every dtype: at mean(x^2)
+        = 0.0025 bfloat16's (2^-7) would move y by half, float16's by 15%."""
+        f32_eps = torch.finfo(torch.float32).eps
+        for dtype in DTYPES:
+            mine, ref = twins(ft.RMSNorm, nn.RMSNorm, 256)
+            mine.to(dtype)
+            ref.to(dtype)
+            x = (0.05 * torch.randn(64, 256, device=DEV)).to(dtype)
+            y_ref = ref(x)
+            self.assertTrue(torch.equal(y_ref, F.rms_norm(x, (256,), ref.weight, f32_eps)),
+                            f"torch's rms_norm on the GPU: eps=None is not float32's epsilon ({dtype})")
+            close(self, mine(x), y_ref, dtype, "RMSNorm eps=None, small mean(x^2), y")
+            with torch.no_grad():
+                close(self, torch.compile(mine, fullgraph=True)(x), y_ref, dtype, "compiled RMSNorm eps=None, y")
+
     def test_fp32_params_with_half_input(self):
         """weight/bias float32 with fp16 input: the library takes it (torch does
         the same math in fp32 through autocast-free F.layer_norm on a copy)."""

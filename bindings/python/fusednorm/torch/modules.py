@@ -52,6 +52,10 @@ if _ON:
 
 _LAYERNORM, _RMSNORM = 0, 1
 _ZERO_CENTERED = 1  # fnorm_norm_flag_t FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
+# RMSNorm's eps=None, torch's rule (ATen's rms_norm and its decomposition): the
+# machine epsilon of the type it computes in, float32 for every dtype the
+# library takes (torch's documentation says x's dtype; the code is what runs).
+_RMS_EPS = torch.finfo(torch.float32).eps
 _EPI_NONE, _EPI_RELU, _EPI_ADD_RELU = 0, 1, 2
 _ACTS = {None: 0, "relu": 1, "gelu_tanh": 2}
 
@@ -146,7 +150,7 @@ class _NormMixin:
                 and input.numel() > 0 and _params_ok(w, b, input) \
                 and tuple(input.shape[input.dim() - len(self.normalized_shape):]) == tuple(self.normalized_shape):
             axis = input.dim() - len(self.normalized_shape)
-            eps = self.eps if self.eps is not None else torch.finfo(input.dtype).eps
+            eps = self.eps if self.eps is not None else _RMS_EPS
             flags = _ZERO_CENTERED if zc else 0
             fmt = None if ln else _channels_last_format(input)
             if fmt is not None:  # torch's rms_norm keeps a channels-last layout (input and gradient)
@@ -195,9 +199,10 @@ class LayerNorm(_NormMixin, nn.LayerNorm):
 
 class RMSNorm(_NormMixin, nn.RMSNorm):
     """torch.nn.RMSNorm on libfusednorm's kernels; eps=None means
-    torch.finfo(x.dtype).eps, as torch's. zero_centered=True: the scale
-    applied is (1 + weight), weight initialised to 0 (Gemma's RMSNorm,
-    Liger-Kernel's offset=1.0 with zeros init)."""
+    torch.finfo(torch.float32).eps for float32, float16 and bfloat16 input,
+    as torch's (the epsilon of the float32 it computes in, not of x's dtype).
+    zero_centered=True: the scale applied is (1 + weight), weight initialised
+    to 0 (Gemma's RMSNorm, Liger-Kernel's offset=1.0 with zeros init)."""
 
     _mode = _RMSNORM
 

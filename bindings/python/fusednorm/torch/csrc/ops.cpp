@@ -40,6 +40,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -650,9 +651,10 @@ at::Tensor norm_autocast(const at::Tensor &x, const c10::optional<at::Tensor> &w
 }
 
 // The modules' eager entry: norm(x, weight, bias, normalized_shape, eps (None:
-// x's dtype's machine epsilon), mode, zero_centered) -> Tensor, or None where the module's Python path must run
-// (see the file's text). normalized_shape: the module's tuple, checked against
-// x's trailing sizes here (torch's error comes from its Python path).
+// float32's machine epsilon, torch's rule), mode, zero_centered) -> Tensor, or
+// None where the module's Python path must run (see the file's text).
+// normalized_shape: the module's tuple, checked against x's trailing sizes here
+// (torch's error comes from its Python path).
 py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle shape_o, py::handle eps_o,
                       int64_t mode, bool zero_centered) {
   if (!THPVariable_CheckExact(xo.ptr())) return py::none();
@@ -664,9 +666,11 @@ py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle sh
   int64_t dim = x0.dim();
   if (nd < 1 || nd > dim || dim > FNORM_MAX_RANK || x0.numel() == 0) return py::none();
   double eps;
-  if (eps_o.ptr() == Py_None) {  // RMSNorm's default: the machine epsilon of x's dtype, as torch's
-    auto st = x0.scalar_type();
-    eps = st == at::kHalf ? 0.0009765625 : (st == at::kBFloat16 ? 0.0078125 : 1.1920928955078125e-07);
+  if (eps_o.ptr() == Py_None) {
+    // RMSNorm's default, torch's: the machine epsilon of the type it computes
+    // in (float32 for float32, float16 and bfloat16 input), not of x's dtype
+    // (bfloat16's 2^-7 moves y by several percent where mean(x^2) is small).
+    eps = std::numeric_limits<float>::epsilon();
   } else {
     eps = PyFloat_AsDouble(eps_o.ptr());
     if (PyErr_Occurred()) {
