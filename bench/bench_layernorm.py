@@ -727,6 +727,8 @@ def markdown(result: dict) -> str:
              "the same way (RMSNorm in its casting mode that computes our function; 'Liger llama µs' is its "
              "default mode, which rounds x·rstd before ×γ). fwd_bwd ops: the forward then its backward in one "
              "graph (ours: the two C calls; PyTorch and Liger: autograd, dx and the parameter gradients).", ""]
+    if result.get("partial"):
+        lines += [f"**Partial run**: {result['partial']} (the run was cut short).", ""]
     if any(r.get("liger_note") for r in result["rows"]):
         lines += [f"Liger-Kernel: {next(r['liger_note'] for r in result['rows'] if r.get('liger_note'))}; "
                   "rows that would carry it show —.", ""]
@@ -836,7 +838,24 @@ def main() -> int:
             if case not in todo:
                 todo.append(case)
     t_start = time.time()
-    for op, dt, r, c in todo:
+
+    def save(final: bool) -> dict:
+        # Written after every op's last shape too, so that a run cut short
+        # (a device call's time limit) keeps the rows it measured.
+        result = {"gpu": B.gpu, "gpu_name": B.name, "date": datetime.date.today().isoformat(),
+                  "copy_gbps": round(B.copy_gbps, 1), "torch": torch.__version__,
+                  "bytes_counted": {op: BYTES[op] for op in OPS}, "rows": rows}
+        if errors:
+            result["errors"] = errors
+        if not final:
+            result["partial"] = f"{len(rows) + len(errors)} of {len(todo)} cases"
+        with open(os.path.join(args.out, f"{B.gpu}.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(args.out, f"{B.gpu}.md"), "w") as f:
+            f.write(markdown(result))
+        return result
+
+    for i, (op, dt, r, c) in enumerate(todo):
         try:
             bench = bench_fwd_bwd if op.endswith("_fwd_bwd") else bench_bwd if op.endswith("_bwd") else bench_fwd
             row = bench(B, op, dt, r, c)
@@ -847,17 +866,10 @@ def main() -> int:
             print(f"ERROR {op} {dt} {r}x{c}: {type(e).__name__}: {e}", flush=True)
         gc.collect()
         torch.cuda.empty_cache()
+        if i + 1 < len(todo) and todo[i + 1][0] != op:
+            save(final=False)
     print(f"{len(todo)} cases in {time.time() - t_start:.0f} s", flush=True)
-    result = {"gpu": B.gpu, "gpu_name": B.name, "date": datetime.date.today().isoformat(),
-              "copy_gbps": round(B.copy_gbps, 1), "torch": torch.__version__,
-              "bytes_counted": {op: BYTES[op] for op in OPS}, "rows": rows}
-    if errors:
-        result["errors"] = errors
-    with open(os.path.join(args.out, f"{B.gpu}.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, f"{B.gpu}.md"), "w") as f:
-        f.write(markdown(result))
-    print(markdown(result))
+    print(markdown(save(final=True)))
     return 1 if errors else 0
 
 
