@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+MARK = "<!-- merged from"
+
 
 def main() -> int:
     out = sys.argv[1]
@@ -23,20 +25,28 @@ def main() -> int:
         result = json.load(f)
     md_path = mains[0][:-5] + ".md"
     with open(md_path) as f:
-        md = f.read().rstrip() + "\n"
+        md = f.read()
+    # Merging again (a later benchmark of the same run added its rows_*.json)
+    # starts from the main file's own rows: what an earlier merge added
+    # carries its source and is rebuilt from the parts present now.
+    result["rows"] = [r for r in result["rows"] if "source" not in r]
+    result["errors"] = [e for e in result.get("errors", []) if "source" not in e]
+    result.pop("sources", None)
+    md = md.split(MARK, 1)[0].rstrip() + "\n"
     for part in sorted(glob.glob(os.path.join(out, "rows_*.json"))):
         with open(part) as f:
             extra = json.load(f)
         if extra.get("gpu") not in (None, result["gpu"]):
             print(f"merge_results: {part} is from {extra.get('gpu')}, not {result['gpu']}", file=sys.stderr)
             return 1
-        result["rows"] += extra.get("rows", [])
+        name = os.path.basename(part)
+        result["rows"] += [dict(r, source=name) for r in extra.get("rows", [])]
         result.setdefault("sources", []).append(
-            {"file": os.path.basename(part), "copy_gbps": extra.get("copy_gbps"), "note": extra.get("note")})
-        result.setdefault("errors", []).extend(extra.get("errors", []))
+            {"file": name, "copy_gbps": extra.get("copy_gbps"), "note": extra.get("note")})
+        result["errors"] += [dict(e, source=name) for e in extra.get("errors", [])]
         if os.path.exists(part[:-5] + ".md"):
             with open(part[:-5] + ".md") as f:
-                md += "\n" + f.read().rstrip() + "\n"
+                md += f"\n{MARK} {name} -->\n" + f.read().rstrip() + "\n"
             if extra.get("note"):
                 md += f"\n_{extra['note']}_\n"
     if not result.get("errors"):

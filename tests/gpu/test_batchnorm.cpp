@@ -794,6 +794,23 @@ void check_auto_capture(Ctx &ctx, fnorm_dtype_t dt, std::vector<int64_t> dims) {
   }
   std::printf("  auto capture %s: first capture ran %s, after the state existed %s\n", k.str().c_str(),
               which(ys[0], ref[0], ref[1]), which(ys[1], ref[0], ref[1]));
+  if (ys[0] != ref[0] && ys[0].size() == ref[0].size()) {
+    // What the first capture wrote against NATIVE's eager result: elements
+    // that differ, elements still poisoned (never written), the largest gap.
+    int64_t differ = 0, poisoned = 0;
+    double worst = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (std::memcmp(&ys[0][e * es], &ref[0][e * es], es) == 0) continue;
+      ++differ;
+      bool all_ff = true;
+      for (size_t b = 0; b < es; ++b) all_ff &= ys[0][e * es + b] == 0xFF;
+      poisoned += all_ff;
+      const double a = load_host(ys[0].data(), dt, e), r = load_host(ref[0].data(), dt, e);
+      if (std::isfinite(a) && std::isfinite(r)) worst = std::max(worst, std::fabs(a - r));
+    }
+    std::printf("    first capture against NATIVE: %lld of %lld elements differ, %lld still poisoned, max |diff| %.3g\n",
+                static_cast<long long>(differ), static_cast<long long>(E), static_cast<long long>(poisoned), worst);
+  }
   ok &= ys[0] == ref[0];  // no cuDNN state inside the first capture: NATIVE
   ok &= ys[1] == ref[0] || ys[1] == ref[1];
   CHECK(ok);
