@@ -761,6 +761,12 @@ void check_auto_capture(Ctx &ctx, fnorm_dtype_t dt, std::vector<int64_t> dims) {
     cudaGraphExec_t exec;
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     by.poison();
+    // The poison is a cudaMemset on the legacy default stream, which a
+    // non-blocking stream does not wait for: without this the replay and the
+    // memset raced, and beside other GPU processes the memset landed on part
+    // of the replay's output (H100, 2026-11-25: 2.9 M and 24.8 M of 25.7 M
+    // elements still poisoned, every written element equal to NATIVE's).
+    CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaStreamSynchronize(s));
     ys[round] = download<unsigned char>(by.p, E * es);
