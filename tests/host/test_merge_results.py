@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""bench/merge_results.py on a made-up run directory (no GPU): the parts'
+rows join the main file once, a second merge (a later benchmark of the same
+run added its part) neither doubles them nor drops the main file's own rows,
+and a part from another GPU is refused."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+MERGE = os.path.join(ROOT, "bench", "merge_results.py")
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok: " if cond else "FAIL: ") + what)
+    failures += 0 if cond else 1
+
+
+def write(d, name, obj, md):
+    with open(os.path.join(d, name + ".json"), "w") as f:
+        json.dump(obj, f)
+    with open(os.path.join(d, name + ".md"), "w") as f:
+        f.write(md)
+
+
+def merge(d):
+    return subprocess.run([sys.executable, MERGE, d], capture_output=True, text=True)
+
+
+with tempfile.TemporaryDirectory() as d:
+    write(d, "h100", {"gpu": "h100", "rows": [{"op": "layernorm_fwd", "us": 1.0}]}, "# main\n")
+    write(d, "rows_batchnorm", {"gpu": "h100", "rows": [{"op": "batchnorm_bwd", "us": 2.0}]}, "## BatchNorm\n")
+    r = merge(d)
+    check(r.returncode == 0, f"first merge succeeds ({r.stderr.strip()})")
+    write(d, "rows_quant", {"gpu": "h100", "rows": [{"op": "rmsnorm_fwd_quant", "us": 3.0}], "note": "n"},
+          "## Quant\n")
+    r = merge(d)
+    check(r.returncode == 0, "second merge succeeds")
+    r = merge(d)
+    check(r.returncode == 0, "third merge succeeds")
+    with open(os.path.join(d, "h100.json")) as f:
+        res = json.load(f)
+    ops = sorted(x["op"] for x in res["rows"])
+    check(ops == ["batchnorm_bwd", "layernorm_fwd", "rmsnorm_fwd_quant"], f"each row once: {ops}")
+    check([s["file"] for s in res["sources"]] == ["rows_batchnorm.json", "rows_quant.json"],
+          "each part listed once in sources")
+    with open(os.path.join(d, "h100.md")) as f:
+        md = f.read()
+    check(md.count("## BatchNorm") == 1 and md.count("## Quant") == 1 and md.startswith("# main"),
+          "each part's markdown once, after the main file's")
+    write(d, "rows_other", {"gpu": "h200", "rows": []}, "")
+    r = merge(d)
+    check(r.returncode != 0 and "h200" in r.stderr, "a part from another GPU is refused")
+
+print(f"merge_results: {failures} failed")
+sys.exit(1 if failures else 0)
