@@ -489,6 +489,42 @@ def profile_step(step, steps=2):
     return fam, norm_names
 
 
+def interleaved_step_ms(step_fns, rounds, warmup, steps):
+    """Median ms per step of each variant (dict name -> step function that
+    returns the loss), the variants taking turns each round so that clock
+    and thermal drift fall on all of them; and each one's last loss."""
+    res = {k: [] for k in step_fns}
+    loss = {}
+    for _ in range(rounds):
+        for k, fnc in step_fns.items():
+            for _ in range(warmup):
+                fnc()
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                lv = fnc()
+                torch.cuda.synchronize()
+                ts.append((time.perf_counter() - t0) * 1e3)
+            res[k].append(statistics.median(ts))
+            loss[k] = lv.item()
+    return {k: statistics.median(v) for k, v in res.items()}, loss
+
+
+def profile_rows(model, step_fns, steps, label):
+    """train_step_profile rows for torch.nn and the converted model; the
+    second carries norm_vs_torch (ours / torch's norm-kernel time)."""
+    rows, prof = [], {}
+    for k in ("torch", "ours"):
+        fam, names = profile_step(step_fns[k], steps=steps)
+        prof[k] = fam
+        rows.append({"op": "train_step_profile", "model": model, "variant": k, "us_per_step": fam,
+                     "norm_kernels": names})
+    rows[-1]["norm_vs_torch"] = round(prof["ours"]["norm"] / max(prof["torch"]["norm"], 1e-9), 3)
+    print("profile", label, prof, "norm ours/torch", rows[-1]["norm_vs_torch"], flush=True)
+    return rows
+
+
 def bench_llm(quick: bool):
     rows = []
     steps, warmup, rounds = (6, 3, 2) if quick else (12, 4, 3)
@@ -513,22 +549,7 @@ def bench_llm(quick: bool):
                 return loss
             return step
         step_fns = {k: make_step(k) for k in models}
-        res = {k: [] for k in models}
-        loss = {}
-        for _ in range(rounds):
-            for k, fnc in step_fns.items():
-                for _ in range(warmup):
-                    fnc()
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    lv = fnc()
-                    torch.cuda.synchronize()
-                    ts.append((time.perf_counter() - t0) * 1e3)
-                res[k].append(statistics.median(ts))
-                loss[k] = lv.item()
-        ms = {k: statistics.median(v) for k, v in res.items()}
+        ms, loss = interleaved_step_ms(step_fns, rounds, warmup, steps)
         row = {"op": "train_step", "model": f"(e) {name}, {batch}x{seq} tokens, bf16, AdamW", "shape": [batch, seq, d],
                "dtype": "bf16", "ms": round(ms["ours"], 3), "torch_ms": round(ms["torch"], 3),
                "vs_torch": round(ms["torch"] / ms["ours"], 3), "norm_only_ms": round(ms["norm_only"], 3),
@@ -537,15 +558,7 @@ def bench_llm(quick: bool):
                "torch_last_loss": loss["torch"], "norm_only_last_loss": loss["norm_only"]}
         rows.append(row)
         print(row, flush=True)
-        prof = {}
-        for k in ("torch", "ours"):
-            fam, names = profile_step(step_fns[k])
-            prof[k] = fam
-            rows.append({"op": "train_step_profile", "model": row["model"], "variant": k, "us_per_step": fam,
-                         "norm_kernels": names})
-        rows[-1]["norm_vs_torch"] = round(prof["ours"]["norm"] / max(prof["torch"]["norm"], 1e-9), 3)
-        print("profile", name, {k: v for k, v in prof.items()}, "norm ours/torch", rows[-1]["norm_vs_torch"],
-              flush=True)
+        rows += profile_rows(row["model"], step_fns, steps=2, label=name)
         del models, opts, ref, step_fns
         torch.cuda.empty_cache()
     return rows
@@ -621,36 +634,14 @@ def bench_resnet50(quick: bool):
                 return loss
             return step
         step_fns = {k: make_step(k) for k in models}
-        res = {k: [] for k in models}
-        loss = {}
-        for _ in range(rounds):
-            for k, fnc in step_fns.items():
-                for _ in range(warmup):
-                    fnc()
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    lv = fnc()
-                    torch.cuda.synchronize()
-                    ts.append((time.perf_counter() - t0) * 1e3)
-                res[k].append(statistics.median(ts))
-                loss[k] = lv.item()
-        ms = {k: statistics.median(v) for k, v in res.items()}
+        ms, loss = interleaved_step_ms(step_fns, rounds, warmup, steps)
         row = {"op": "train_step", "model": f"(f) ResNet-50, channels-last, autocast {dn}, SGD, batch {batch} at 224x224",
                "shape": [batch, 3, 224, 224], "dtype": dn, "ms": round(ms["ours"], 3),
                "torch_ms": round(ms["torch"], 3), "vs_torch": round(ms["torch"] / ms["ours"], 3),
                "fused_epilogues": ours.fused_epilogues, "last_loss": loss["ours"], "torch_last_loss": loss["torch"]}
         rows.append(row)
         print(row, flush=True)
-        prof = {}
-        for k in ("torch", "ours"):
-            fam, names = profile_step(step_fns[k], steps=1)
-            prof[k] = fam
-            rows.append({"op": "train_step_profile", "model": row["model"], "variant": k, "us_per_step": fam,
-                         "norm_kernels": names})
-        rows[-1]["norm_vs_torch"] = round(prof["ours"]["norm"] / max(prof["torch"]["norm"], 1e-9), 3)
-        print("profile ResNet-50", dn, prof, "norm ours/torch", rows[-1]["norm_vs_torch"], flush=True)
+        rows += profile_rows(row["model"], step_fns, steps=1, label=f"ResNet-50 {dn}")
         del models, opts, ref, ours, step_fns
         torch.cuda.empty_cache()
     return rows
