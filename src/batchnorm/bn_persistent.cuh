@@ -56,14 +56,16 @@ namespace fnorm {
 constexpr int kBnPersistK = 8;
 
 // Blocks per SM asked of the compiler (0: none asked): the grid must be
-// co-resident, so occupancy bounds the problems this path takes. The fp16
-// forward (8-element packs) kept 80 registers and 3 blocks per SM with the
-// old combine; the new one took it to 104 registers and 2 blocks unless
-// asked for 3 (then 80 registers and 16 bytes of stack). Asking the same of
-// bf16 spilled 184 bytes; fp32 and the backwards keep their occupancy
-// unasked (and asking 1 block let the backward grow to 155 registers).
+// co-resident, so occupancy bounds the problems this path takes. The 16-bit
+// forwards (8-element packs) keep 80 registers (16 bytes of stack) and 3
+// blocks per SM when asked for 3; unasked, fp16 took 104 registers and bf16
+// 119, 2 blocks per SM, and bf16 [128, 256, 14, 14] missed this path (1.45x
+// fp16's time, H100; the ask was fp16's only while bf16 spilled 184 bytes
+// with it, before nvcc 13). fp32 and the backwards keep their occupancy
+// unasked (asking 1 block let the backward grow to 155 registers; asking
+// bf16's backward for 2 spilled 232 bytes).
 template <typename T, bool BWD>
-constexpr int bn_persistent_min_blocks() { return !BWD && std::is_same_v<T, __half> ? 3 : 0; }
+constexpr int bn_persistent_min_blocks() { return !BWD && sizeof(T) == 2 ? 3 : 0; }
 
 // A thread's place in the one-wave kernel (see the top of the file): PACK
 // columns from col, rows row(i) = row0 + i * rpi for i < kBnPersistK, in row
