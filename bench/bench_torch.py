@@ -65,18 +65,36 @@ def gpu_tag(name: str) -> str:
 
 # ---- host overhead ------------------------------------------------------------
 
+def _batch_us(fn, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
 def host_us(fn, calls: int, loops: int = 3) -> float:
     for _ in range(max(50, calls // 10)):
         fn()
     torch.cuda.synchronize()
-    res = []
-    for _ in range(loops):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        res.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(res)
+    return statistics.median(_batch_us(fn, calls) for _ in range(loops))
+
+
+def host_pair_us(fa, fb, calls: int, rounds: int = 7) -> tuple[float, float]:
+    """Host us per call of fa and fb, batches of the two alternating, the
+    median of each: the host's state drifts within a run (a forward+backward
+    of torch's own moved by 45% between two runs on one VM), and alternating
+    puts both sides under the same drift."""
+    for f in (fa, fb):
+        for _ in range(max(50, calls // 10)):
+            f()
+    torch.cuda.synchronize()
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(_batch_us(fa, calls))
+        b.append(_batch_us(fb, calls))
+    return statistics.median(a), statistics.median(b)
 
 
 class Add(nn.Module):
@@ -211,8 +229,7 @@ def bench_overhead(quick: bool):
         b_ours = lambda: (ours(xg, z) if z is not None else ours(xg)).backward(dy)  # noqa: E731
         b_torch = lambda: twin(xg, z).backward(dy)  # noqa: E731
         for kind, fo, fto in (("fwd", f_ours, f_torch), ("fwd+bwd", b_ours, b_torch)):
-            uo = host_us(fo, calls)
-            ut = host_us(fto, calls)
+            uo, ut = host_pair_us(fo, fto, calls // 2)
             rows.append({"op": "host_overhead", "module": name, "pass": kind, "dtype": dt, "shape": list(shape),
                          "us": round(uo, 2), "torch_us": round(ut, 2), "vs_torch": round(ut / uo, 3)})
             print(f"host {name:24s} {kind:8s} ours {uo:6.2f} us  torch {ut:6.2f} us  x{ut / uo:.2f}", flush=True)
