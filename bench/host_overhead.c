@@ -10,6 +10,10 @@
  * warm-up (the first call of a description plans it). "launches" is what one
  * call enqueues (kernel and memset nodes, counted in a stream capture);
  * "over_launches_us" = us - launches * bare_us, the library's own cost.
+ * Built with cuBLASLt linked (FNORM_BENCH_CUBLASLT), a row for a bare
+ * cublasLtMatmul of linear_fwd's GEMM (bias epilogue, descriptors and
+ * algorithm made once, outside the timing) gives that call its anchor:
+ * linear_fwd's "over_cublaslt_us" = us - the bare matmul's us.
  *
  * Usage: host_overhead OUTDIR [LABEL]
  * writes OUTDIR/rows_host_overhead_c.json (rows "op": "host_overhead_c",
@@ -27,6 +31,10 @@
 #include <cuda_runtime_api.h>
 
 #include "fusednorm.h"
+
+#ifdef FNORM_BENCH_CUBLASLT
+#include <cublasLt.h>
+#endif
 
 const void *fnorm_bench_empty_kernel(void);
 
@@ -195,6 +203,55 @@ static int setup_linear(Case *c) {
   return 1;
 }
 
+#ifdef FNORM_BENCH_CUBLASLT
+/* linear_fwd's GEMM straight through cuBLASLt: y[m, n] = x[m, k] W[n, k]^T +
+ * b, bf16, fp32 compute; column-major D[n, m] = A^T B with A = W (k x n) and
+ * B = x (k x m). Everything but the cublasLtMatmul call is made here, once. */
+typedef struct BareLt {
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulAlgo_t algo;
+  size_t ws;
+} BareLt;
+static BareLt g_lt;
+
+static int setup_bare_cublaslt(Case *c) {
+  const int64_t m = c->shape[0], n = c->shape[1], k = c->shape[2];
+  if (cublasLtCreate(&g_lt.lt) != CUBLAS_STATUS_SUCCESS) return 0;
+  cublasLtMatmulDescCreate(&g_lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulDescSetAttribute(g_lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  cublasLtMatmulDescSetAttribute(g_lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  cublasLtMatmulDescSetAttribute(g_lt.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  cublasLtMatmulDescSetAttribute(g_lt.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->buf[2], sizeof c->buf[2]);
+  cublasLtMatrixLayoutCreate(&g_lt.a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k);
+  cublasLtMatrixLayoutCreate(&g_lt.b, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k);
+  cublasLtMatrixLayoutCreate(&g_lt.d, CUDA_R_16BF, (uint64_t)n, (uint64_t)m, n);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  g_lt.ws = c->ws_bytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g_lt.ws, sizeof g_lt.ws);
+  cublasLtMatmulHeuristicResult_t r;
+  int returned = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(g_lt.lt, g_lt.op, g_lt.a, g_lt.b, g_lt.d, g_lt.d, pref, 1, &r, &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || returned == 0) return 0;
+  g_lt.algo = r.algo;
+  return 1;
+}
+
+static fnorm_status_t bare_cublaslt(Case *c, cudaStream_t s) {
+  const float alpha = 1.f, beta = 0.f;
+  return cublasLtMatmul(g_lt.lt, g_lt.op, &alpha, c->buf[1], g_lt.a, c->buf[0], g_lt.b, &beta, c->buf[3], g_lt.d,
+                        c->buf[3], g_lt.d, &g_lt.algo, c->buf[9], g_lt.ws, s) == CUBLAS_STATUS_SUCCESS
+             ? FNORM_STATUS_SUCCESS
+             : FNORM_STATUS_CUBLAS_ERROR;
+}
+#endif
+
 /* ---- measurement ------------------------------------------------------------ */
 
 typedef fnorm_status_t (*Fn)(Case *c, cudaStream_t s);
@@ -326,12 +383,34 @@ int main(int argc, char **argv) {
       n += snprintf(shape + n, sizeof shape - (size_t)n, d ? ", %lld" : "%lld", (long long)c->shape[d]);
     printf("%-22s %-5s [%s]  %6.2f us (best %.2f)  %zu launches  %+.2f us over %zu bare\n", c->name, c->dtype, shape,
            us, best, launches, over, launches);
+    char anchor[160] = "";
+    double lt_us = -1, lt_best = 0;
+    size_t lt_launches = 0;
+#ifdef FNORM_BENCH_CUBLASLT
+    if (c->call == linear_fwd && setup_bare_cublaslt(c)) {
+      lt_us = measure(bare_cublaslt, c, s, &lt_launches, &lt_best);
+      if (lt_us > 0)
+        snprintf(anchor, sizeof anchor, ", \"cublaslt_us\": %.3f, \"over_cublaslt_us\": %.3f", lt_us, us - lt_us);
+    }
+#endif
     fprintf(js, "%s {\"op\": \"host_overhead_c\", \"call\": \"%s\", \"dtype\": \"%s\", \"shape\": [%s], \"us\": %.3f, "
-                "\"best_us\": %.3f, \"launches\": %zu, \"bare_us\": %.3f, \"over_launches_us\": %.3f%s%s%s}",
-            first ? "" : ",\n", c->name, c->dtype, shape, us, best, launches, bare, over, label ? ", \"build\": \"" : "",
-            label ? label : "", label ? "\"" : "");
+                "\"best_us\": %.3f, \"launches\": %zu, \"bare_us\": %.3f, \"over_launches_us\": %.3f%s%s%s%s}",
+            first ? "" : ",\n", c->name, c->dtype, shape, us, best, launches, bare, over, anchor,
+            label ? ", \"build\": \"" : "", label ? label : "", label ? "\"" : "");
     fprintf(md, "| %s | %s | [%s] | %.2f | %zu | %+.2f |\n", c->name, c->dtype, shape, us, launches, over);
     first = 0;
+    if (lt_us > 0) {
+      const double lt_over = lt_us - (double)lt_launches * bare;
+      printf("%-22s %-5s [%s]  %6.2f us (best %.2f)  %zu launches  %+.2f us over %zu bare; linear_fwd %+.2f us over it\n",
+             "cublasLtMatmul (bare)", c->dtype, shape, lt_us, lt_best, lt_launches, lt_over, lt_launches, us - lt_us);
+      fprintf(js, ",\n {\"op\": \"host_overhead_c\", \"call\": \"cublasLtMatmul_bare\", \"dtype\": \"%s\", "
+                  "\"shape\": [%s], \"us\": %.3f, \"best_us\": %.3f, \"launches\": %zu, \"bare_us\": %.3f, "
+                  "\"over_launches_us\": %.3f%s%s%s}",
+              c->dtype, shape, lt_us, lt_best, lt_launches, bare, lt_over, label ? ", \"build\": \"" : "",
+              label ? label : "", label ? "\"" : "");
+      fprintf(md, "| cublasLtMatmul, bare (linear_fwd's GEMM; linear_fwd %+.2f over it) | %s | [%s] | %.2f | %zu | %+.2f |\n",
+              us - lt_us, c->dtype, shape, lt_us, lt_launches, lt_over);
+    }
   }
   fprintf(js, "\n]}\n");
   fclose(js);
