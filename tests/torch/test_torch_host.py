@@ -120,6 +120,50 @@ class Host(unittest.TestCase):
                 self.assertFalse(torch.equal(y, torch.rms_norm(x, (64,), None, torch.finfo(dtype).eps)), str(dtype))
 
 
+class BuildTool(unittest.TestCase):
+    def test_compiles_in_a_fresh_interpreter(self):
+        # `python -m fusednorm.torch.build` imports fusednorm.torch first, which
+        # may have loaded ops already; PyTorch's extension builder imports what
+        # it built, and a second registration of the namespace aborts the
+        # process. So the compile runs in a child interpreter, and this one
+        # only copies the file it wrote.
+        import json
+        import subprocess
+        import tempfile
+        from unittest import mock
+
+        from fusednorm.torch import build
+        calls = []
+
+        def child(cmd, env=None):
+            calls.append(cmd)
+            args = json.loads(cmd[-1])
+            with open(os.path.join(args["dir"], build.NAME + ".so"), "wb") as f:
+                f.write(b"built")
+            return subprocess.CompletedProcess(cmd, 0)
+
+        with tempfile.TemporaryDirectory() as dest, mock.patch("subprocess.run", child), \
+                mock.patch("torch.utils.cpp_extension.load", side_effect=AssertionError("compiled in this process")):
+            out = build.build(dest, False)
+            with open(out, "rb") as f:
+                self.assertEqual(f.read(), b"built")
+            self.assertTrue(os.path.exists(os.path.join(dest, build.NAME + ".json")))
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(calls[0][0], sys.executable)
+        self.assertEqual(json.loads(calls[0][-1])["source"], build.SOURCE)
+
+    def test_failed_compile_is_reported(self):
+        import subprocess
+        import tempfile
+        from unittest import mock
+
+        from fusednorm.torch import build
+        with tempfile.TemporaryDirectory() as dest, \
+                mock.patch("subprocess.run", lambda cmd, env=None: subprocess.CompletedProcess(cmd, 3)):
+            self.assertEqual(build.main(["--dest", dest]), 1)
+            self.assertEqual(os.listdir(dest), [])
+
+
 class Compile(unittest.TestCase):
     """torch.compile reaches the library's ops: Dynamo's graph of each module,
     traced on fake CUDA tensors (no GPU needed; running the graphs is the GPU

@@ -81,17 +81,33 @@ def meson_flags() -> int:
     return 0
 
 
+# PyTorch's extension builder loads what it built: in this process the
+# package may already hold the ops (registered once per process: a second
+# registration of the namespace aborts), so it runs in a fresh interpreter.
+_COMPILE = """
+import json, sys
+from torch.utils import cpp_extension
+a = json.loads(sys.argv[1])
+cpp_extension.load(name=a["name"], sources=[a["source"]], extra_include_paths=[a["include"]], extra_cflags=["-O2"],
+                   with_cuda=True, is_python_module=True, build_directory=a["dir"], verbose=a["verbose"])
+"""
+
+
 def build(dest: str | None, verbose: bool) -> str:
     """Compile the ops with PyTorch's extension builder and install them into
     `dest` (default: the package, else the cache). Returns the file written."""
+    import subprocess
+
     import torch
-    from torch.utils import cpp_extension
     # ops.cpp has no device code: any arch list spares the builder a device
     # query (which fails without a GPU).
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")
+    env = dict(os.environ)
+    env.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")
     with tempfile.TemporaryDirectory(prefix="fusednorm-ops-") as tmp:
-        cpp_extension.load(name=NAME, sources=[SOURCE], extra_include_paths=[api_dir()], extra_cflags=["-O2"],
-                           with_cuda=True, is_python_module=True, build_directory=tmp, verbose=verbose)
+        args = {"name": NAME, "source": SOURCE, "include": api_dir(), "dir": tmp, "verbose": verbose}
+        r = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(args)], env=env)
+        if r.returncode != 0:
+            raise RuntimeError(f"building the ops failed (PyTorch's extension builder exited with {r.returncode})")
         built = os.path.join(tmp, NAME + ".so")
         targets = [dest] if dest else [HERE, cache_dir(torch.__version__)]
         for d in targets:
@@ -116,7 +132,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.meson_flags:
         return meson_flags()
-    out = build(a.dest, a.verbose)
+    try:
+        out = build(a.dest, a.verbose)
+    except (RuntimeError, OSError) as e:
+        print(f"fusednorm.torch ops not built: {e}", file=sys.stderr)
+        return 1
     print(f"fusednorm.torch ops built: {out}")
     return 0
 
