@@ -47,8 +47,15 @@ KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "la
              "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd"}
 
 
-def title(res: dict, what: str) -> str:
+def title(res: dict, what: str, rows=()) -> str:
+    """The chart's title: the file's GPU, date and commit; rows merged from a
+    later run (a "run" field) name that run too, or alone if every row does."""
+    runs = sorted({r["run"] for r in rows if r.get("run")})
     commit = f", commit {res['commit']}" if res.get("commit") else ""
+    if runs and all(r.get("run") for r in rows):
+        commit = ", " + "; ".join(runs)
+    elif runs:
+        commit += " and " + "; ".join(runs)
     return f"{what} — {res.get('gpu_name', res.get('gpu', '?'))} ({res.get('date', '?')}{commit})"
 
 
@@ -318,7 +325,7 @@ def plot_batchnorm(res: dict, stem: str) -> None:
                     "their time / ours (right of 1: ours faster; log scale)", log=True, horizontal=True)
         ax.set_title(f"BatchNorm {what}", fontsize=9)
     axes[1].tick_params(axis="y", left=False)
-    fig.suptitle(title(res, "BatchNorm (ours: NATIVE engine): time relative to ours"), fontsize=10)
+    fig.suptitle(title(res, "BatchNorm (ours: NATIVE engine): time relative to ours", bn), fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     h, l = axes[0].get_legend_handles_labels()
     fig.legend(h, l, loc="lower center", ncol=3, fontsize=8, frameon=False)
@@ -370,7 +377,7 @@ def plot_other(res: dict, stem: str) -> None:
     ratio_panel(ax, labels, [("PyTorch time / ours", COLORS["torch"], [r["vs_torch"] for r in rows])],
                 "PyTorch time / ours (above 1: ours faster)", log=False)
     ax.set_ylim(min(0.8, min(r["vs_torch"] for r in rows) - 0.05), max(1.2, max(r["vs_torch"] for r in rows) + 0.05))
-    fig.suptitle(title(res, "Other rows against PyTorch"), fontsize=10)
+    fig.suptitle(title(res, "Other rows against PyTorch", rows), fontsize=10)
     fig.tight_layout()
     save(fig, f"{stem}-other.png")
 
