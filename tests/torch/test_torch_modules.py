@@ -563,14 +563,18 @@ class Convert(unittest.TestCase):
         self.assertEqual([type(c) for c in m], [ft.Linear, ft.LayerNorm, ft.RMSNorm, ft.BatchNorm1d])
 
 
+def _one_rank_group():
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        store = dist.FileStore(tempfile.mktemp(prefix="fnorm-store-"), 1)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1,
+                                device_id=torch.device("cuda", torch.cuda.current_device()))
+
+
 class SyncBN(unittest.TestCase):
     def test_one_rank_through_its_own_communicator(self):
-        import torch.distributed as dist
         from fusednorm.torch import _nccl
-        if not dist.is_initialized():
-            store = dist.FileStore(tempfile.mktemp(prefix="fnorm-store-"), 1)
-            dist.init_process_group("nccl", store=store, rank=0, world_size=1,
-                                    device_id=torch.device("cuda", torch.cuda.current_device()))
+        _one_rank_group()
         model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(DEV)
         ref = copy.deepcopy(model)
         sync = ft.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -588,6 +592,33 @@ class SyncBN(unittest.TestCase):
         close(self, x1.grad, x2.grad, torch.float32, "SyncBN dx", scale=2)
         close(self, sync[1].weight.grad, ref[1].weight.grad, torch.float32, "SyncBN dgamma", scale=4)
         close(self, sync[1].running_var, ref[1].running_var, torch.float32, "SyncBN running_var", scale=10)
+
+    def test_one_rank_compiled(self):
+        """torch.compile (not fullgraph) of a model whose SyncBatchNorm uses its
+        communicator: the lookup runs between graphs (Dynamo does not trace
+        id() of a ProcessGroup, so fullgraph=True stops there), the library's
+        op runs with the communicator, and three steps give torch.nn's
+        results."""
+        from fusednorm.torch import _nccl
+        _one_rank_group()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(DEV)
+        ref = copy.deepcopy(model)
+        sync = ft.SyncBatchNorm.convert_sync_batchnorm(model)
+        sync[1].always_sync = True
+        compiled = torch.compile(sync)
+        for step in range(3):
+            x = torch.randn(6, 3, 10, 10, device=DEV)
+            x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+            y1, y2 = compiled(x1), ref(x2)
+            close(self, y1, y2, torch.float32, f"compiled SyncBN y, step {step}")
+            y1.square().sum().backward()
+            y2.square().sum().backward()
+            close(self, x1.grad, x2.grad, torch.float32, f"compiled SyncBN dx, step {step}", scale=2)
+        self.assertTrue(_nccl._comms, "no communicator was made")
+        close(self, sync[1].running_var, ref[1].running_var, torch.float32, "compiled SyncBN running_var", scale=10)
+        close(self, sync[1].weight.grad, ref[1].weight.grad, torch.float32, "compiled SyncBN dgamma", scale=4)
 
 
 class BindingNonDense(unittest.TestCase):
