@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python"))
 import fusednorm as fn  # noqa: E402
 from bench_layernorm import Bench, time_graph  # noqa: E402
-from bench_batchnorm import make, nbytes  # noqa: E402
+from bench_batchnorm import make, nbytes, torch_bwd_time, torch_fwd_fn  # noqa: E402
 
 from fusednorm import _core  # noqa: E402
 from fusednorm import batchnorm as _fbn  # noqa: E402
@@ -207,7 +207,6 @@ def use_build(name):
 
 
 def time_case_builds(B, dtype, layout, shape, epi, rounds):
-    import torch.nn.functional as F
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     one = make(shape, layout, dtype, gen)
@@ -249,37 +248,7 @@ def time_case_builds(B, dtype, layout, shape, epi, rounds):
             return fn.batch_norm_backward(dys[k], xs[k], w, saved[k], dx_out=ys[k])
         return f
 
-    def torch_fwd(i):
-        k = i % n_sets
-        y = F.batch_norm(xs[k], rm, rv, w, b, training=True, momentum=0.1, eps=EPS)
-        if add:
-            return torch.relu_(y.add_(zs[k]))
-        return torch.relu_(y) if epi == "relu" else y
-
-    def torch_bwd_time(reps):
-        xr = [x.detach().requires_grad_(True) for x in xs]
-        wr, br = w.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        zr = [z.detach().requires_grad_(True) if z is not None else None for z in zs]
-        outs = []
-
-        def forward():
-            outs.clear()
-            for k in range(n_sets):
-                y = F.batch_norm(xr[k], None, None, wr, br, training=True, eps=EPS)
-                if add:
-                    y = torch.relu(y + zr[k])
-                elif epi == "relu":
-                    y = torch.relu(y)
-                outs.append(y)
-
-        def g(i):
-            k = i % n_sets
-            inputs = (xr[k], wr, br) + ((zr[k],) if add else ())
-            return torch.autograd.grad(outs[k], inputs, dys[k], retain_graph=True)
-        forward()
-        t = time_graph(g, n_sets, reps, setup=forward)
-        outs.clear()
-        return t
+    torch_fwd = torch_fwd_fn(epi, xs, zs, w, b, rm, rv, True, True)
 
     mask = (E + 31) // 32 * 4 if epi != "none" else 0
     rf = B.reps(n_sets, 3 * E * es + (E * es if add else 0) + mask)
@@ -289,7 +258,7 @@ def time_case_builds(B, dtype, layout, shape, epi, rounds):
             for p in ("fwd", "bwd"):
                 try:
                     if n == "torch":
-                        t = time_graph(torch_fwd, n_sets, rf) if p == "fwd" else torch_bwd_time(rb)
+                        t = time_graph(torch_fwd, n_sets, rf) if p == "fwd" else torch_bwd_time(epi, xs, zs, dys, w, b, rb)
                     elif n == "cudnn":
                         if svc is None:
                             continue
@@ -352,6 +321,35 @@ def print_builds_row(r):
 
 
 
+def run_cases(cases, time_one, show):
+    """Each case (DTYPE, LAYOUT, SHAPE[, EPILOGUE]) timed by time_one(case)
+    and shown by show(row); a case that raises is printed and left out.
+    Returns the rows."""
+    rows = []
+    for c in cases:
+        try:
+            r = time_one(c)
+        except Exception as e:  # noqa: BLE001 - record, go on
+            print(f"ERROR {c[0]} {c[1]} {c[2]}: {type(e).__name__}: {e}", flush=True)
+            continue
+        rows.append(r)
+        show(r)
+        gc.collect()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def write_rows(out, B, rows, **extra):
+    """DIR/ab_batchnorm.json (when --out names DIR): the GPU, its copy
+    bandwidth and L2, `extra`, the rows."""
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "ab_batchnorm.json"), "w") as fh:
+        json.dump({"gpu": B.name, "copy_gbps": round(B.copy_gbps, 1), "l2_bytes": B.l2, **extra, "rows": rows}, fh,
+                  indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
@@ -377,22 +375,9 @@ def main():
         load_builds(args.builds)
         print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s; columns: " + " ".join(list(BUILDS) + ["cudnn", "torch"]) +
               " (us, medians); ratios: time of the other / time of the last build", flush=True)
-        rows = []
-        for dt, lay, shape, *epi in cases:
-            try:
-                r = time_case_builds(B, dt, lay, shape, epi[0] if epi else "none", args.rounds)
-            except Exception as e:  # noqa: BLE001 - record, go on
-                print(f"ERROR {dt} {lay} {shape}: {type(e).__name__}: {e}", flush=True)
-                continue
-            rows.append(r)
-            print_builds_row(r)
-            gc.collect()
-            torch.cuda.empty_cache()
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "ab_batchnorm.json"), "w") as fh:
-                json.dump({"gpu": B.name, "copy_gbps": round(B.copy_gbps, 1), "l2_bytes": B.l2,
-                           "builds": list(BUILDS), "rows": rows}, fh, indent=1)
+        rows = run_cases(cases, lambda c: time_case_builds(B, *c[:3], c[3] if len(c) > 3 else "none", args.rounds),
+                         print_builds_row)
+        write_rows(args.out, B, rows, builds=list(BUILDS))
         os._exit(0)  # the handles belong to different libraries: no destructors at exit
     props = torch.cuda.get_device_properties(0)
     print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 / 2**20:.0f} MiB, {props.multi_processor_count} SMs, "
@@ -400,31 +385,24 @@ def main():
     names = list(ENGINES)
     print(f"{'case':34s} {'MB':>6s} | " + " ".join(f"{n:>10s}" for n in names) + " fwd | " +
           " ".join(f"{n:>10s}" for n in names) + " bwd | auto matches | ws fwd/bwd per engine; cudnn reserve", flush=True)
-    rows = []
-    for dt, lay, shape, *_ in cases:
-        try:
-            r = time_case(B, dt, lay, shape, args.rounds)
-            r["sizes"] = sizes(dt, lay, shape)
-        except Exception as e:  # noqa: BLE001 - record, go on
-            print(f"ERROR {dt} {lay} {shape}: {type(e).__name__}: {e}", flush=True)
-            continue
-        rows.append(r)
 
+    def time_one(c):
+        r = time_case(B, *c[:3], args.rounds)
+        r["sizes"] = sizes(*c[:3])
+        return r
+
+    def show(r):
         def f(v):
             return f"{v:10.1f}" if v is not None else "         —"
         s = r["sizes"]
-        print(f"{dt} {lay} {str(shape):24s} {r['mb']:6.1f} | " + " ".join(f(r[f'{n}_fwd_us']) for n in names) + "     | " +
+        print(f"{r['dtype']} {r['layout']} {str(r['shape']):24s} {r['mb']:6.1f} | " +
+              " ".join(f(r[f'{n}_fwd_us']) for n in names) + "     | " +
               " ".join(f(r[f'{n}_bwd_us']) for n in names) + f"     | {r['auto_fwd_matches']:12s} | "
               f"{ {n: s[n][:2] for n in s} }; {s['cudnn'][2]}"
               + (f" env diff {r['env_vs_native_max_diff']}" if "env_vs_native_max_diff" in r else "")
               + (f" errors {r['errors']}" if r["errors"] else ""), flush=True)
-        gc.collect()
-        torch.cuda.empty_cache()
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ab_batchnorm.json"), "w") as fh:
-            json.dump({"gpu": B.name, "copy_gbps": round(B.copy_gbps, 1), "l2_bytes": B.l2,
-                       "sm_count": props.multi_processor_count, "rows": rows}, fh, indent=1)
+
+    write_rows(args.out, B, run_cases(cases, time_one, show), sm_count=props.multi_processor_count)
     return 0
 
 

@@ -112,6 +112,38 @@ def torch_fwd_fn(epi, xs, zs, w, b, rm, rv, training, cudnn):
     return f
 
 
+def torch_bwd_time(epi, xs, zs, dys, w, b, reps, cudnn=True):
+    """PyTorch's backward of F.batch_norm (+ the epilogue) by autograd,
+    graph-timed over the buffer sets (the forward recorded outside the
+    timing), with cuDNN on or off."""
+    n_sets = len(xs)
+    xr = [x.detach().requires_grad_(True) for x in xs]
+    wr, br = w.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    zr = [z.detach().requires_grad_(True) if z is not None else None for z in zs]
+    outs = []
+
+    def forward():
+        outs.clear()
+        with torch.backends.cudnn.flags(enabled=cudnn):
+            for k in range(n_sets):
+                y = F.batch_norm(xr[k], None, None, wr, br, training=True, eps=EPS)
+                if epi == "add_relu":
+                    y = torch.relu(y + zr[k])
+                elif epi == "relu":
+                    y = torch.relu(y)
+                outs.append(y)
+
+    def bwd(i):
+        k = i % n_sets
+        inputs = (xr[k], wr, br) + ((zr[k],) if epi == "add_relu" else ())
+        with torch.backends.cudnn.flags(enabled=cudnn):
+            return torch.autograd.grad(outs[k], inputs, dys[k], retain_graph=True)
+    forward()
+    t = time_graph(bwd, n_sets, reps, setup=forward)
+    outs.clear()
+    return t
+
+
 def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -181,7 +213,6 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
         dys = [make(shape, layout, dtype, gen) for _ in range(n_sets)]
         moved_b = 5 * E * es + (E * es if epi == "add_relu" else 0) + 2 * mask
         dxs = ys  # reuse
-        dzs = [torch.empty_like(x) for x in xs] if epi == "add_relu" else None
         sv = [fn.batch_norm_train(xs[k], w, b, None, None, eps=EPS, epilogue=EPI[epi], z=zs[k],
                                   engine=fn.BnEngine.NATIVE)[1]
               for k in range(n_sets)]
@@ -218,42 +249,15 @@ def bench_case(B: Bench, dtype, shape, layout, epi, with_bwd):
         except fn.FusedNormError as e:
             print(f"  cudnn engine bwd: {e.status.name}: {str(e)[:160]}", flush=True)
 
-        def torch_bwd_time(cudnn):
-            xr = [x.detach().requires_grad_(True) for x in xs]
-            wr, br = w.detach().requires_grad_(True), b.detach().requires_grad_(True)
-            zr = [z.detach().requires_grad_(True) if z is not None else None for z in zs]
-            outs = []
-
-            def forward():
-                outs.clear()
-                with torch.backends.cudnn.flags(enabled=cudnn):
-                    for k in range(n_sets):
-                        y = F.batch_norm(xr[k], None, None, wr, br, training=True, eps=EPS)
-                        if epi == "add_relu":
-                            y = torch.relu(y + zr[k])
-                        elif epi == "relu":
-                            y = torch.relu(y)
-                        outs.append(y)
-
-            def bwd(i):
-                k = i % n_sets
-                inputs = (xr[k], wr, br) + ((zr[k],) if epi == "add_relu" else ())
-                with torch.backends.cudnn.flags(enabled=cudnn):
-                    return torch.autograd.grad(outs[k], inputs, dys[k], retain_graph=True)
-            forward()
-            t = time_graph(bwd, n_sets, breps, setup=forward)
-            outs.clear()
-            return t
-
         tb_cudnn = tb_native = None
         try:
-            tb_cudnn = torch_bwd_time(True)
+            tb_cudnn = torch_bwd_time(epi, xs, zs, dys, w, b, breps, cudnn=True)
         except Exception as e:  # noqa: BLE001
             print(f"  torch bwd (cudnn on) failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
         gc.collect()
         torch.cuda.empty_cache()
         try:
-            tb_native = torch_bwd_time(False)
+            tb_native = torch_bwd_time(epi, xs, zs, dys, w, b, breps, cudnn=False)
         except Exception as e:  # noqa: BLE001
             print(f"  torch bwd (cudnn off) failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
         r = row(B, "batchnorm_bwd", dtype, shape, layout, epi, bus, moved_b, tb_cudnn, tb_native, bcudnn, None)
