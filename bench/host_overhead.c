@@ -215,6 +215,7 @@ typedef struct BareLt {
   size_t ws;
 } BareLt;
 static BareLt g_lt;
+static void destroy_bare_cublaslt(void);
 
 static int setup_bare_cublaslt(Case *c) {
   const int64_t m = c->shape[0], n = c->shape[1], k = c->shape[2];
@@ -238,9 +239,20 @@ static int setup_bare_cublaslt(Case *c) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(g_lt.lt, g_lt.op, g_lt.a, g_lt.b, g_lt.d, g_lt.d, pref, 1, &r, &returned);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || returned == 0) return 0;
+  if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
+    destroy_bare_cublaslt();
+    return 0;
+  }
   g_lt.algo = r.algo;
   return 1;
+}
+
+static void destroy_bare_cublaslt(void) {
+  cublasLtMatrixLayoutDestroy(g_lt.a);
+  cublasLtMatrixLayoutDestroy(g_lt.b);
+  cublasLtMatrixLayoutDestroy(g_lt.d);
+  cublasLtMatmulDescDestroy(g_lt.op);
+  cublasLtDestroy(g_lt.lt);
 }
 
 static fnorm_status_t bare_cublaslt(Case *c, cudaStream_t s) {
@@ -389,6 +401,8 @@ int main(int argc, char **argv) {
 #ifdef FNORM_BENCH_CUBLASLT
     if (c->call == linear_fwd && setup_bare_cublaslt(c)) {
       lt_us = measure(bare_cublaslt, c, s, &lt_launches, &lt_best);
+      CUDA_OK(cudaStreamSynchronize(s));
+      destroy_bare_cublaslt();
       if (lt_us > 0)
         snprintf(anchor, sizeof anchor, ", \"cublaslt_us\": %.3f, \"over_cublaslt_us\": %.3f", lt_us, us - lt_us);
     }
