@@ -144,17 +144,20 @@ def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
 
 
-# Rows tier (16-byte packs only, the aligned fast path): 8 values per thread
-# (one pack of a 16-bit type, two of fp32), so that a 1024-thread block stays
-# within 64 registers: a row group of up to 1024 threads holds 8192 columns.
-BWD_ROWS_VALUES_PER_THREAD = 8
-BWD_ROWS_MIN_THREADS = 128
+# Rows tier (16-byte packs only, the aligned fast path): two packs per thread,
+# 16 values of a 16-bit type in blocks of at most 512 threads (128 registers),
+# 8 of fp32 in blocks of up to 1024 (64 registers); a row group holds 8192
+# columns either way. A 16-bit thread holding one pack spent two thirds of
+# its instructions on the row's bookkeeping (addresses, copies, reductions),
+# which capped LayerNorm at the same time on the H200 as on the H100.
+BWD_ROWS_NPACK = 2
+BWD_ROWS_MIN_VALUES = 1024  # a row group holds at least this many columns
 BWD_ROWS_MAX_THREADS = 1024
 BWD_ROWS_SMEM_MARGIN = 8 * 1024
 
 
 def bwd_rows_npack(dtype: str, pack: int) -> int:
-    return BWD_ROWS_VALUES_PER_THREAD // pack
+    return BWD_ROWS_NPACK
 
 
 def norm_bwd_instances(dtypes) -> list[Instance]:
@@ -197,8 +200,8 @@ def config_constants() -> dict[str, tuple[int, str]]:
                                   "backward register tiers: values (two accumulators each) a thread owns at most"),
         "kBwdWarpMaxBytesPerThread": (BWD_WARP_MAX_BYTES_PER_THREAD,
                                       "backward warp tier: bytes of each of x and dy a thread stages at most"),
-        "kBwdRowsMinThreads": (BWD_ROWS_MIN_THREADS,
-                               "backward rows tier: narrowest row group (narrower rows stay on the warp tier)"),
+        "kBwdRowsMinValues": (BWD_ROWS_MIN_VALUES,
+                              "backward rows tier: columns a row group holds at least (narrower rows stay on the warp tier)"),
         "kBwdRowsMaxThreads": (BWD_ROWS_MAX_THREADS, "backward rows tier: threads per block at most"),
         "kBwdRowsSmemMargin": (BWD_ROWS_SMEM_MARGIN,
                                "backward rows tier: bytes of shared memory kept off the ring (static slots, slack)"),

@@ -7,9 +7,10 @@
 //   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
 //
 // Tiers:
-//   BlockRows  rows of 16-byte packs that one group of at most 1024 threads
-//            holds at 8 values per thread: a persistent grid (one block of
-//            up to 8 such groups per SM, sized to the GPU, not the rows);
+//   BlockRows  rows of 16-byte packs that one group holds at two packs per
+//            thread (16-bit: 16 values, groups of up to 512 threads; fp32: 8
+//            values, up to 1024): a persistent grid (one block of up to 8
+//            such groups per SM, sized to the GPU, not the rows);
 //            each group works on its own row, each thread owns fixed columns
 //            (gamma and the dgamma/dbeta accumulators stay in registers), x
 //            and dy come through a thread-private cp.async ring 2-4 rows
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
 // ---- Rows tier ---------------------------------------------------------------
 // Block of `groups` row groups of p.block_threads threads (a multiple of 32,
 // 128..1024); thread `lane` of a group owns packs lane, lane + width, ...
-// (NPACK of them: 8 values). The grid is one wave of resident blocks, each
+// (NPACK of them). The grid is one wave of resident blocks, each
 // block striding over the rows `groups` at a time, so a block's partial row
 // sums every row it visited.
 // (kBwdRowsMaxThreads, kBwdRowsSmemMargin: kernel_config.hpp. The margin
@@ -443,7 +444,7 @@ struct GroupSum2 {
 // memory holds `stages` stages of the ring (norm_bwd_stage_bytes) and the
 // groups' combine buffer (blockDim.x * NPACK * PACK floats). RMS == p.rms.
 template <typename T, int PACK, int NPACK, bool RMS>
-__global__ void __launch_bounds__(kBwdRowsMaxThreads, 1)
+__global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     norm_bwd_rows_kernel(NormBwdParams p, int groups, int stages) {
   using P = Pack<T, PACK>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -617,7 +618,7 @@ __global__ void __launch_bounds__(kBwdRowsMaxThreads, 1)
 }
 
 // Groups per block and ring stages of the rows tier: as many groups as
-// share an SM's worth of rows (at most 1024 threads, kBwdRowsMaxGroups), so
+// share an SM's worth of rows (at most bwd_rows_max_threads, kBwdRowsMaxGroups), so
 // a block per SM covers what the rows offer; then as many ring stages (2..4)
 // as the device's shared memory holds for that block. The plan's shape
 // function computes it once; the launch takes it from the plan.
@@ -633,7 +634,7 @@ BwdRowsShape bwd_rows_shape(const NormBwdParams &p, const DeviceInfo &dev) {
   const int64_t rows_per_sm = ceil_div(p.rows, static_cast<int64_t>(std::max(dev.sm_count, 1)));
   BwdRowsShape r;
   r.groups = static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({kBwdRowsMaxGroups, kBwdRowsMaxThreads / width, rows_per_sm})));
+      1, std::min<int64_t>({kBwdRowsMaxGroups, bwd_rows_max_threads(NPACK * PACK) / width, rows_per_sm})));
   const size_t margin = kBwdRowsSmemMargin;
   const size_t avail =
       static_cast<size_t>(dev.max_smem_optin) > margin ? static_cast<size_t>(dev.max_smem_optin) - margin : 0;

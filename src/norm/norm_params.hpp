@@ -87,6 +87,11 @@ struct NormBwdParams {
 constexpr int kNormBwdStages = 2;
 static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and one in flight");
 
+// Threads per block of a rows-tier instance holding `values` per thread: two
+// fp32 accumulators (dgamma, dbeta) and the scale per value stay within 64
+// registers at 8 values (1024 threads), 128 at 16 (512 threads).
+constexpr int bwd_rows_max_threads(int values) { return values <= 8 ? kBwdRowsMaxThreads : kBwdRowsMaxThreads / 2; }
+
 // One stage of the backward register tiers' staging ring at `threads` per
 // block: per thread, npack packs of x and of dy and the row's (mean, rstd).
 constexpr size_t norm_bwd_stage_bytes(int threads, int npack, int pack, size_t elem_bytes) {

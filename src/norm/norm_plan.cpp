@@ -235,9 +235,11 @@ void apply_fwd_tuning(const NormProblem &view, int pack, const DeviceInfo &dev, 
 }
 
 namespace {
-// The rows tier (norm_bwd.cuh): 16-byte packs, a row group of 128 to 1024
-// threads at the instance's packs per thread (8 values), a ring of at least
-// two stages of one group in the device's shared memory. The block shape
+// The rows tier (norm_bwd.cuh): 16-byte packs, a row group of whole warps
+// at the instance's packs per thread, holding at least kBwdRowsMinValues
+// columns and at most the instance's block (1024 threads at 8 values per
+// thread, 512 at 16), a ring of at least two stages of one group in the
+// device's shared memory. The block shape
 // and grid (row groups per block, ring depth, a block per SM) follow from
 // the rows and the device in the instance's shape function.
 bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, NormBwdPlan &plan) {
@@ -247,7 +249,8 @@ bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, No
       fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRows, any_npack);
   if (inst == nullptr) return false;
   const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
-  if (width < kBwdRowsMinThreads || width > kBwdRowsMaxThreads) return false;
+  const int values = inst->npack * pack;
+  if (width * values < kBwdRowsMinValues || width > bwd_rows_max_threads(values)) return false;
   if (2 * norm_bwd_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
       static_cast<size_t>(dev.max_smem_optin))
     return false;

@@ -460,9 +460,10 @@ void test_plan() {
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf}, {1024, 1024}, {buf + 16}, false), 8);
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf + 2}, {1024, 1024}, {}, false), 1);
 
-  // Backward tiers: rows of 16-byte packs that 128..1024 threads hold at 8
-  // values each take the rows tier; other rows registers while a row fits,
-  // else column tiles.
+  // Backward tiers: rows of 16-byte packs that a row group of whole warps
+  // holds at two packs each (16-bit: up to 512 threads, fp32: 1024), from
+  // 1024 columns of capacity, take the rows tier; other rows registers while
+  // a row fits, else column tiles.
   struct BwdCase {
     fnorm_dtype_t dtype;
     int64_t cols;
@@ -471,8 +472,8 @@ void test_plan() {
   };
   const BwdCase bcases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::Warp},  // 96 threads: narrower than the rows tier
+      {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},  // 32 threads hold 512 columns: narrower than the rows tier
+      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::BlockRows},  // 48 threads, a group of 64
       {FNORM_DTYPE_FLOAT16, 1000, 8, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT16, 1024, 4, fnorm::Tier::Warp},  // 8-byte packs: no rows tier
@@ -482,6 +483,7 @@ void test_plan() {
       {FNORM_DTYPE_FLOAT16, 12288, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 16384, 8, fnorm::Tier::BlockRegisters},
       {FNORM_DTYPE_FLOAT16, 32768, 8, fnorm::Tier::ColumnTiled},
+      {FNORM_DTYPE_FLOAT32, 768, 4, fnorm::Tier::BlockRegisters},  // 96 threads of 8 values: narrower than the rows tier
       {FNORM_DTYPE_FLOAT32, 1024, 4, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT32, 4096, 4, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT32, 8192, 4, fnorm::Tier::BlockRows},
@@ -505,9 +507,11 @@ void test_plan() {
       CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
     }
-    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, 8 values per thread, none idle
-      CHECK(bp.block_threads >= 128 && bp.block_threads <= 1024 && bp.block_threads % 32 == 0);
-      CHECK_EQ(bp.npack * c.pack, 8);
+    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, two packs per thread, none idle
+      const int values = bp.npack * c.pack;
+      CHECK_EQ(bp.npack, 2);
+      CHECK(bp.block_threads % 32 == 0 && bp.block_threads * values >= 1024);
+      CHECK(bp.block_threads <= (values == 16 ? 512 : 1024));
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
       CHECK(int64_t{bp.block_threads - 32} * bp.npack * c.pack < c.cols);
     }
