@@ -144,20 +144,18 @@ def bwd_block_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in (2, 4, 8) if n * pack <= BWD_MAX_ELEMS_PER_THREAD]
 
 
-# Rows tier (16-byte packs only, the aligned fast path): two packs per thread,
-# 16 values of a 16-bit type in blocks of at most 512 threads (128 registers),
-# 8 of fp32 in blocks of up to 1024 (64 registers); a row group holds 8192
-# columns either way. A 16-bit thread holding one pack spent two thirds of
-# its instructions on the row's bookkeeping (addresses, copies, reductions),
-# which capped LayerNorm at the same time on the H200 as on the H100.
-BWD_ROWS_NPACK = 2
+# Rows tier (16-byte packs only, the aligned fast path): one or two packs per
+# thread. fp32: two (8 values) in blocks of up to 1024 threads (64
+# registers). 16-bit: one (8 values, 1024 threads) or two (16 values, blocks
+# of at most 512 threads, 128 registers); the runtime's planner chooses
+# (plan_rows_tier says how). A row group holds 8192 columns at most.
 BWD_ROWS_MIN_VALUES = 1024  # a row group holds at least this many columns
 BWD_ROWS_MAX_THREADS = 1024
 BWD_ROWS_SMEM_MARGIN = 8 * 1024
 
 
-def bwd_rows_npack(dtype: str, pack: int) -> int:
-    return BWD_ROWS_NPACK
+def bwd_rows_npacks(dtype: str, pack: int) -> list[int]:
+    return [2] if DTYPES[dtype][2] == 4 else [1, 2]
 
 
 def norm_bwd_instances(dtypes) -> list[Instance]:
@@ -170,7 +168,8 @@ def norm_bwd_instances(dtypes) -> list[Instance]:
                 out.append(Instance("norm_bwd", dt, pack, "block", n))
             out.append(Instance("norm_bwd", dt, pack, "tiled"))
             if pack * DTYPES[dt][2] == MAX_PACK_BYTES:
-                out.append(Instance("norm_bwd", dt, pack, "rows", bwd_rows_npack(dt, pack)))
+                for n in bwd_rows_npacks(dt, pack):
+                    out.append(Instance("norm_bwd", dt, pack, "rows", n))
     return out
 
 

@@ -21,6 +21,9 @@ struct DeviceInfo {
   int max_threads_per_sm = 0;
   int cc_major = 0;        // compute capability (thread block clusters from 9)
   int64_t l2_bytes = 0;    // L2 cache size; 0: unknown (no device)
+  // Peak DRAM bytes per SM per SM clock cycle (memory clock x 2 x bus width
+  // over SM count x SM clock); 0: unknown (no device).
+  double dram_bytes_per_sm_cycle = 0;
 };
 
 // What planning asks of the device: its properties and its kernels'

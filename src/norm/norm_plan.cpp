@@ -239,14 +239,37 @@ namespace {
 // at the instance's packs per thread, holding at least kBwdRowsMinValues
 // columns and at most the instance's block (1024 threads at 8 values per
 // thread, 512 at 16), a ring of at least two stages of one group in the
-// device's shared memory. The block shape
-// and grid (row groups per block, ring depth, a block per SM) follow from
-// the rows and the device in the instance's shape function.
+// device's shared memory. The block shape and grid (row groups per block,
+// ring depth, a block per SM) follow from the rows and the device in the
+// instance's shape function.
+//
+// 16-bit rows have two instances. At one pack a thread (8 values, 1024
+// threads) the LayerNorm kernel issues 402 instructions per row step for
+// 48 bytes of x, dy and dx: at most 128 * 48 / 402 = 15 bytes per SM cycle
+// at full issue, so a device whose DRAM delivers more per SM cycle waits on
+// instruction issue there (H200, 18.8 bytes per SM cycle: bf16 16384 x 4096
+// took 170 us, as on the H100 at 12.8). Two packs (614 instructions for 96
+// bytes) take those devices, and rows that are few per SM on any device
+// (the per-row chain of the persistent block is shorter; H100, bf16: 1.01-
+// 1.16x from 1024 to 16384 rows, 124 rows per SM); with many rows per SM on
+// a device that one pack keeps up with, one pack's 1024 threads were
+// faster (H100, fp16 49152 x 1024..4096, 373 rows per SM: 0.93-0.95x at two
+// packs). Both A/Bs: bench/NOTES.md, session 12.
+constexpr double kBwdRowsOnePackBytesPerCycle = 128.0 * 48 / 402;
+constexpr int64_t kBwdRowsFewRowsPerSm = 256;
+
+int rows_tier_npack(const NormProblem &view, const DeviceInfo &dev) {
+  if (dtype_size(view.dtype) == 4) return 2;
+  const int64_t rows_per_sm = ceil_div(view.rows, int64_t{std::max(dev.sm_count, 1)});
+  return dev.dram_bytes_per_sm_cycle > kBwdRowsOnePackBytesPerCycle || rows_per_sm <= kBwdRowsFewRowsPerSm ? 2 : 1;
+}
+
 bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, NormBwdPlan &plan) {
   const size_t elem = dtype_size(view.dtype);
   if (pack * elem != static_cast<size_t>(kMaxPackBytes)) return false;
-  const NormBwdInstance *inst =
-      fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRows, any_npack);
+  const int npack = rows_tier_npack(view, dev);
+  const NormBwdInstance *inst = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack,
+                                             Tier::BlockRows, [npack](int n) { return n == npack; });
   if (inst == nullptr) return false;
   const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
   const int values = inst->npack * pack;

@@ -461,9 +461,10 @@ void test_plan() {
   CHECK_EQ(fnorm::choose_pack(v, {buf, buf + 2}, {1024, 1024}, {}, false), 1);
 
   // Backward tiers: rows of 16-byte packs that a row group of whole warps
-  // holds at two packs each (16-bit: up to 512 threads, fp32: 1024), from
-  // 1024 columns of capacity, take the rows tier; other rows registers while
-  // a row fits, else column tiles.
+  // holds (fp32: two packs a thread, up to 1024 threads; 16-bit at 49152
+  // rows on a device of unknown bandwidth: one pack, up to 1024 threads),
+  // from 1024 columns of capacity, take the rows tier; other rows registers
+  // while a row fits, else column tiles.
   struct BwdCase {
     fnorm_dtype_t dtype;
     int64_t cols;
@@ -472,8 +473,8 @@ void test_plan() {
   };
   const BwdCase bcases[] = {
       {FNORM_DTYPE_FLOAT16, 32, 8, fnorm::Tier::Warp},
-      {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},  // 32 threads hold 512 columns: narrower than the rows tier
-      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::BlockRows},  // 48 threads, a group of 64
+      {FNORM_DTYPE_FLOAT16, 512, 8, fnorm::Tier::Warp},
+      {FNORM_DTYPE_FLOAT16, 768, 8, fnorm::Tier::Warp},  // 96 threads of 8 values: narrower than the rows tier
       {FNORM_DTYPE_FLOAT16, 1000, 8, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT16, 1024, 8, fnorm::Tier::BlockRows},
       {FNORM_DTYPE_FLOAT16, 1024, 4, fnorm::Tier::Warp},  // 8-byte packs: no rows tier
@@ -507,14 +508,46 @@ void test_plan() {
       CHECK(bp.block_threads <= 512 && bp.block_threads % 32 == 0);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
     }
-    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, two packs per thread, none idle
+    if (bp.tier == fnorm::Tier::BlockRows) {  // one row group: whole warps, 8 values per thread, none idle
       const int values = bp.npack * c.pack;
-      CHECK_EQ(bp.npack, 2);
-      CHECK(bp.block_threads % 32 == 0 && bp.block_threads * values >= 1024);
-      CHECK(bp.block_threads <= (values == 16 ? 512 : 1024));
+      CHECK_EQ(values, 8);
+      CHECK(bp.block_threads % 32 == 0 && bp.block_threads * values >= 1024 && bp.block_threads <= 1024);
       CHECK(int64_t{bp.block_threads} * bp.npack * c.pack >= c.cols);
       CHECK(int64_t{bp.block_threads - 32} * bp.npack * c.pack < c.cols);
     }
+  }
+  // 16-bit rows take two packs a thread (16 values, groups of at most 512
+  // threads) where rows are few per SM or the device's DRAM delivers more
+  // bytes per SM cycle than one pack a thread can issue for.
+  if (dtype_built(FNORM_DTYPE_BFLOAT16)) {
+    v.dtype = FNORM_DTYPE_BFLOAT16;
+    fnorm::DeviceInfo fast = dev;
+    fast.dram_bytes_per_sm_cycle = 18.8;  // an H200
+    fnorm::DeviceInfo slow = dev;
+    slow.dram_bytes_per_sm_cycle = 12.8;  // an H100
+    struct RowsCase {
+      int64_t rows, cols;
+      const fnorm::DeviceInfo *d;
+      int npack;
+      int threads;
+    };
+    const RowsCase rcases[] = {
+        {49152, 4096, &slow, 1, 512}, {49152, 4096, &fast, 2, 256}, {16384, 4096, &slow, 2, 256},
+        {33792, 4096, &slow, 2, 256},  // 256 rows per SM
+        {33793, 4096, &slow, 1, 512},  {1024, 8192, &slow, 2, 512},  {49152, 768, &fast, 2, 64},
+        {49152, 768, &slow, 0, 0},     // 96 threads of one pack: the warp tier
+    };
+    for (const RowsCase &c : rcases) {
+      v.rows = c.rows;
+      v.cols = c.cols;
+      const fnorm::NormBwdPlan bp = fnorm::plan_norm_bwd_tier(v, 8, *c.d);
+      CHECK_EQ(static_cast<int>(bp.tier), static_cast<int>(c.npack ? fnorm::Tier::BlockRows : fnorm::Tier::Warp));
+      if (c.npack) {
+        CHECK_EQ(bp.npack, c.npack);
+        CHECK_EQ(bp.block_threads, c.threads);
+      }
+    }
+    v.rows = 49152;
   }
   // The rows tier needs a ring of two stages in shared memory: a device
   // with less goes to the other tiers.

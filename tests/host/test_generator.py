@@ -25,6 +25,7 @@ class InstanceListTest(unittest.TestCase):
         self.assertIn("norm_fwd_f16_p8_block_n4", names)
         self.assertIn("norm_bwd_f16_p8_block_n2", names)
         self.assertIn("norm_bwd_bf16_p2_tiled", names)
+        self.assertIn("norm_bwd_bf16_p8_rows_n1", names)
         self.assertIn("norm_bwd_bf16_p8_rows_n2", names)
         self.assertIn("norm_bwd_f32_p4_rows_n2", names)
 
@@ -34,8 +35,8 @@ class InstanceListTest(unittest.TestCase):
 
     def test_register_tier_bounds(self):
         for i in instances.all_instances():
-            if i.tier == "rows":  # two 16-byte packs per thread
-                self.assertEqual(i.npack, instances.BWD_ROWS_NPACK)
+            if i.tier == "rows":  # one or two 16-byte packs per thread (fp32: two)
+                self.assertIn(i.npack, instances.bwd_rows_npacks(i.dtype, i.pack))
                 self.assertEqual(i.pack * instances.DTYPES[i.dtype][2], instances.MAX_PACK_BYTES)
             elif i.tier in ("warp", "block"):
                 self.assertGreaterEqual(i.npack, 1)
