@@ -104,9 +104,10 @@ TARGET_NPACK = 4
 
 # Block-register tier: packs per thread. NPACK * PACK <= 32 keeps 1024-thread
 # blocks within 64 registers per thread. One pack per thread serves RMSNorm
-# rows of 128-256 packs (the runtime's planner says why).
+# rows of 128-256 packs, two LayerNorm rows that are too few to fill the
+# SMs (the runtime's planner says why).
 def block_npacks(dtype: str, pack: int) -> list[int]:
-    return [n for n in (1, TARGET_NPACK, 2 * TARGET_NPACK) if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
+    return [n for n in (1, 2, TARGET_NPACK, 2 * TARGET_NPACK) if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
 
 
 def norm_fwd_instances(dtypes) -> list[Instance]:

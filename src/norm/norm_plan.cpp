@@ -162,9 +162,18 @@ NormFwdPlan plan_norm_fwd(const NormProblem &view, int pack, const DeviceContext
   // 49152 x 1024 59.5 -> 55.1 us, bf16 60.8 -> 56.5, fp32 130.6 -> 101.2
   // (the warp tier's 8 packs of fp32 took 72 registers), add & norm fp16
   // 109.0 -> 107.0 (H200, 2026-11-22, one process).
+  // Rows too few for those blocks to give the SMs a quarter of their
+  // resident threads take two packs a thread (twice the warps): LayerNorm
+  // 1024 x 2048 (64-thread blocks, 15 warps per SM resident of the 32 the
+  // registers allow; ncu, bench/NOTES.md session 11) bf16 6.1 -> 5.2 us,
+  // fp16 5.9 -> 5.1 on the H200, 6.6 -> 5.8 on the H100; at 1024 x 4096 and
+  // 2048 x 2048 (a quarter or more) two packs lost 12-18% (session 12).
+  const int64_t four_pack_threads = ceil_div(ceil_div(packs, int64_t{kTargetNpack}), 32) * 32;
+  const int block_npack =
+      view.rows * four_pack_threads < int64_t{dev.sm_count} * dev.max_threads_per_sm / 4 ? 2 : kTargetNpack;
   if (!block && !rms && packs >= 128 && wide)
     block = plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
-                            [](Tier, int n, int64_t) { return n == kTargetNpack; }, plan);
+                            [block_npack](Tier, int n, int64_t) { return n == block_npack; }, plan);
   // Otherwise the register tiers hold at least kTargetNpack packs per thread.
   if (!block &&
       !plan_register_tiers(kNormFwdInstances, kNormFwdInstanceCount, view, dev, kTargetNpack, 1024,

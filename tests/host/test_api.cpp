@@ -415,6 +415,24 @@ void test_plan() {
       CHECK_EQ(ln.npack, 4);
       CHECK_EQ(ln.block_threads, static_cast<int>(cols / 32));
     }
+    // LayerNorm rows too few for 4-pack blocks to give the SMs a quarter of
+    // their resident threads (132 x 2048 / 4 = 67584): two packs a thread.
+    struct FewRows {
+      int64_t rows, cols;
+      int npack, threads;
+    };
+    for (const FewRows &c : {FewRows{1024, 2048, 2, 128}, FewRows{1056, 2048, 4, 64}, FewRows{1024, 4096, 4, 128},
+                             FewRows{2048, 2048, 4, 64}, FewRows{2000, 1024, 2, 64}, FewRows{8, 8192, 2, 512}}) {
+      v.rows = c.rows;
+      v.cols = c.cols;
+      v.x_row_stride = v.y_row_stride = c.cols;
+      const fnorm::NormFwdPlan ln = plan_fwd(v, buf, buf, nullptr, nullptr, dev, false);
+      CHECK_EQ(static_cast<int>(ln.tier), static_cast<int>(fnorm::Tier::BlockRegisters));
+      CHECK_EQ(ln.npack, c.npack);
+      CHECK_EQ(ln.block_threads, c.threads);
+      CHECK_EQ(plan_fwd(v, buf, buf, nullptr, nullptr, dev, true).npack, c.cols == 4096 || c.cols == 8192 ? 4 : 1);
+    }
+    v.rows = 49152;
     v.cols = 1024;  // misaligned: packs of 2 bytes stay on the warp tier, both norms
     v.x_row_stride = v.y_row_stride = 1024;
     for (bool rms : {true, false}) {
