@@ -7,10 +7,11 @@
 //   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
 //
 // Tiers:
-//   BlockRows  rows of 16-byte packs that one group holds at two packs per
-//            thread (16-bit: 16 values, groups of up to 512 threads; fp32: 8
-//            values, up to 1024): a persistent grid (one block of up to 8
-//            such groups per SM, sized to the GPU, not the rows);
+//   BlockRows  rows of 16-byte packs that one group holds at one or two
+//            packs per thread (8 values in blocks of up to 1024 threads, 16
+//            of a 16-bit type in up to 512; the planner chooses): a
+//            persistent grid (one block of up to 8 such groups per SM,
+//            sized to the GPU, not the rows);
 //            each group works on its own row, each thread owns fixed columns
 //            (gamma and the dgamma/dbeta accumulators stay in registers), x
 //            and dy come through a thread-private cp.async ring 2-4 rows
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
 
 // ---- Rows tier ---------------------------------------------------------------
 // Block of `groups` row groups of p.block_threads threads (a multiple of 32,
-// 128..1024); thread `lane` of a group owns packs lane, lane + width, ...
+// up to bwd_rows_max_threads); thread `lane` of a group owns packs lane, lane + width, ...
 // (NPACK of them). The grid is one wave of resident blocks, each
 // block striding over the rows `groups` at a time, so a block's partial row
 // sums every row it visited.
