@@ -51,14 +51,18 @@ FNORM_API fnorm_status_t fnorm_create(fnorm_handle_t *handle) {
     h->info.cc_major = prop.major;
     h->info.l2_bytes = prop.l2CacheSize;
     int mem_khz = 0, sm_khz = 0;
-    // Peak figures; a device that does not report them leaves 0 (unknown).
+    // Peak figures; a device that does not report them leaves 0 (unknown),
+    // and the failed query's error is taken back (not sticky: a caller's own
+    // pending error is left alone otherwise).
     if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) == cudaSuccess && sm_khz > 0 &&
-        prop.multiProcessorCount > 0) {
-      const double dram_bytes_per_s = 2.0 * mem_khz * 1e3 * (prop.memoryBusWidth / 8.0);
-      h->info.dram_bytes_per_sm_cycle = dram_bytes_per_s / (double(prop.multiProcessorCount) * sm_khz * 1e3);
+        cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) == cudaSuccess) {
+      if (sm_khz > 0 && prop.multiProcessorCount > 0) {
+        const double dram_bytes_per_s = 2.0 * mem_khz * 1e3 * (prop.memoryBusWidth / 8.0);
+        h->info.dram_bytes_per_sm_cycle = dram_bytes_per_s / (double(prop.multiProcessorCount) * sm_khz * 1e3);
+      }
+    } else {
+      (void)cudaGetLastError();
     }
-    (void)cudaGetLastError();  // an attribute the device lacks leaves no sticky error
     h->tuning = fnorm::tuning_from_env();
     *handle = h.release();
   });

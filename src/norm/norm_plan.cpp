@@ -263,12 +263,12 @@ namespace {
 // 1.16x from 1024 to 16384 rows, 124 rows per SM); with many rows per SM on
 // a device that one pack keeps up with, one pack's 1024 threads were
 // faster (H100, fp16 49152 x 1024..4096, 373 rows per SM: 0.93-0.95x at two
-// packs). Both A/Bs: bench/NOTES.md, session 12.
+// packs). Both A/Bs: bench/NOTES.md, session 12. A dtype with one rows
+// instance (fp32: two packs, gen/instances.py) takes that one.
 constexpr double kBwdRowsOnePackBytesPerCycle = 128.0 * 48 / 402;
 constexpr int64_t kBwdRowsFewRowsPerSm = 256;
 
 int rows_tier_npack(const NormProblem &view, const DeviceInfo &dev) {
-  if (dtype_size(view.dtype) == 4) return 2;
   const int64_t rows_per_sm = ceil_div(view.rows, int64_t{std::max(dev.sm_count, 1)});
   return dev.dram_bytes_per_sm_cycle > kBwdRowsOnePackBytesPerCycle || rows_per_sm <= kBwdRowsFewRowsPerSm ? 2 : 1;
 }
@@ -279,6 +279,8 @@ bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, No
   const int npack = rows_tier_npack(view, dev);
   const NormBwdInstance *inst = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack,
                                              Tier::BlockRows, [npack](int n) { return n == npack; });
+  if (inst == nullptr)
+    inst = fewest_npack(kNormBwdInstances, kNormBwdInstanceCount, view.dtype, pack, Tier::BlockRows, any_npack);
   if (inst == nullptr) return false;
   const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
   const int values = inst->npack * pack;
