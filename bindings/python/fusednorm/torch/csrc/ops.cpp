@@ -32,6 +32,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/extension.h>
@@ -302,6 +303,18 @@ void same_device(const c10::optional<at::Tensor> &t, const at::Tensor &x, const 
 
 at::Tensor empty0(const at::Tensor &like, at::ScalarType dt) { return new_vec(0, dt, like); }
 
+// A registered op returns a tensor in every output: an empty one where the
+// implementation left it undefined (the eager entries take undefined ones and
+// skip those allocations).
+void defined_or_empty(at::Tensor &t, const at::Tensor &like, at::ScalarType dt) {
+  if (!t.defined()) t = empty0(like, dt);
+}
+
+// A packed tensor of t's sizes and dtype, on its device.
+at::Tensor new_packed(const at::Tensor &t) {
+  return at::Tensor(at::detail::empty_cuda(t.sizes(), t.scalar_type(), t.device(), c10::nullopt));
+}
+
 bool given(const c10::optional<at::Tensor> &t) { return t.has_value() && t->defined(); }
 
 // ---- the eager entry points' gate --------------------------------------------
@@ -400,6 +413,8 @@ torch::autograd::variable_list grads_with_graph(const at::Tensor &out, const at:
 // x: the normalized dimensions [axis, dim) packed, the rows collapsing into one
 // stride (the callers make it so). weight/bias: packed, sized as the
 // normalized dimensions, x's dtype or float32. flags: fnorm_norm_flag_t.
+// mean and rstd are undefined where not written (without stats; mean for
+// RMSNorm).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd_impl(const at::Tensor &x,
                                                              const c10::optional<at::Tensor> &weight,
                                                              const c10::optional<at::Tensor> &bias, int64_t mode,
@@ -408,8 +423,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd_impl(const at::Tensor &x
   int64_t rows = 1;
   for (int64_t d = 0; d < axis; ++d) rows *= x.size(d);
   at::Tensor y = new_like(x);
-  at::Tensor rstd = stats ? new_vec(rows, at::kFloat, x) : empty0(x, at::kFloat);
-  at::Tensor mean = stats && mode == FNORM_NORM_LAYERNORM ? new_vec(rows, at::kFloat, x) : empty0(x, at::kFloat);
+  at::Tensor rstd = stats ? new_vec(rows, at::kFloat, x) : at::Tensor();
+  at::Tensor mean = stats && mode == FNORM_NORM_LAYERNORM ? new_vec(rows, at::kFloat, x) : at::Tensor();
   auto h = handle_for(x);
   auto nd = norm_desc(mode, axis, eps, flags);
   auto xd = desc_of(x, "x");
@@ -435,11 +450,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd(const at::Tensor &x, con
   TORCH_CHECK(x.is_cuda(), "fusednorm::norm_fwd: x must be a CUDA tensor");
   same_device(weight, x, "weight");
   same_device(bias, x, "bias");
-  if (rowwise(x, axis)) return norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
   // A compiled graph may hand over other strides than the traced ones: y
   // keeps the layout the fake kernel promised (empty_like(x)).
-  auto r = norm_fwd_impl(x.contiguous(), weight, bias, mode, axis, eps, flags, true);
-  std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+  const bool packed = rowwise(x, axis);
+  auto r = norm_fwd_impl(packed ? x : x.contiguous(), weight, bias, mode, axis, eps, flags, true);
+  if (!packed) std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
+  defined_or_empty(std::get<1>(r), x, at::kFloat);
   return r;
 }
 
@@ -497,16 +513,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> norm_quant(
   return {y, scales, sum, amax};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, const at::Tensor &x,
-                                                        const at::Tensor &mean, const at::Tensor &rstd,
-                                                        const c10::optional<at::Tensor> &weight,
-                                                        const c10::optional<at::Tensor> &bias, int64_t mode,
-                                                        int64_t axis, bool need_dgamma, bool need_dbeta,
-                                                        int64_t flags) {
+// dgamma / dbeta undefined where not computed.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd_impl(const at::Tensor &dy, const at::Tensor &x,
+                                                             const at::Tensor &mean, const at::Tensor &rstd,
+                                                             const c10::optional<at::Tensor> &weight,
+                                                             const c10::optional<at::Tensor> &bias, int64_t mode,
+                                                             int64_t axis, bool need_dgamma, bool need_dbeta,
+                                                             int64_t flags) {
   TORCH_CHECK(dy.is_cuda(), "fusednorm::norm_bwd: dy must be a CUDA tensor");
   if (!rowwise(x, axis) || !rowwise(dy, axis)) {  // strides a compiled graph chose: packed copies
-    auto r = norm_bwd(dy.contiguous(), x.contiguous(), mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta,
-                      flags);
+    auto r = norm_bwd_impl(dy.contiguous(), x.contiguous(), mean, rstd, weight, bias, mode, axis, need_dgamma,
+                           need_dbeta, flags);
     std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
     return r;
   }
@@ -517,8 +534,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
   need_dbeta = need_dbeta && mode == FNORM_NORM_LAYERNORM && (has_w || has_b);
   at::Tensor dx = new_like(x);
   const at::Tensor *w = has_w ? &*weight : (has_b ? &*bias : nullptr);
-  at::Tensor dgamma = need_dgamma ? at::empty_like(*w, at::MemoryFormat::Contiguous) : empty0(x, x.scalar_type());
-  at::Tensor dbeta = need_dbeta ? at::empty_like(*w, at::MemoryFormat::Contiguous) : empty0(x, x.scalar_type());
+  at::Tensor dgamma = need_dgamma ? new_packed(*w) : at::Tensor();
+  at::Tensor dbeta = need_dbeta ? new_packed(*w) : at::Tensor();
   auto h = handle_for(x);
   auto nd = norm_desc(mode, axis, 1e-5, flags);  // backward uses the saved rstd, not epsilon
   auto xd = desc_of(x, "x");
@@ -538,6 +555,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
                            mptr(ws), ws_bytes),
         "fnorm_norm_bwd");
   return {dx, dgamma, dbeta};
+}
+
+// The registered op's kernel: every output a tensor.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, const at::Tensor &x,
+                                                        const at::Tensor &mean, const at::Tensor &rstd,
+                                                        const c10::optional<at::Tensor> &weight,
+                                                        const c10::optional<at::Tensor> &bias, int64_t mode,
+                                                        int64_t axis, bool need_dgamma, bool need_dbeta,
+                                                        int64_t flags) {
+  auto r = norm_bwd_impl(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags);
+  defined_or_empty(std::get<1>(r), x, x.scalar_type());
+  defined_or_empty(std::get<2>(r), x, x.scalar_type());
+  return r;
 }
 
 // needs_input_grad counts the autograd edges: only the tensors actually given
@@ -569,23 +599,17 @@ at::Tensor norm_reference(const at::Tensor &x, const at::Tensor &w, const at::Te
   return y.to(x.scalar_type());
 }
 
-// Direct: the eager entry (kernels called as C++ functions); otherwise the
-// registered op's autograd kernel, which redispatches (fake tensors under
+// The registered op's autograd kernel: it redispatches (fake tensors under
 // torch.compile reach the fake kernels).
-template <bool Direct>
-class NormFunction : public torch::autograd::Function<NormFunction<Direct>> {
+class NormFunction : public torch::autograd::Function<NormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
                             const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias,
                             int64_t mode, int64_t axis, double eps, int64_t flags) {
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_fwd", "")
+                         .typed<decltype(norm_fwd)>();
     at::Tensor y, mean, rstd;
-    if (Direct) {
-      std::tie(y, mean, rstd) = norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
-    } else {
-      static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_fwd", "")
-                           .typed<decltype(norm_fwd)>();
-      std::tie(y, mean, rstd) = op.call(x, weight, bias, mode, axis, eps, flags);
-    }
+    std::tie(y, mean, rstd) = op.call(x, weight, bias, mode, axis, eps, flags);
     ctx->save_for_backward({x, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     int64_t ew = given(weight) ? 1 : -1;
     int64_t eb = given(bias) ? (given(weight) ? 2 : 1) : -1;
@@ -602,7 +626,7 @@ class NormFunction : public torch::autograd::Function<NormFunction<Direct>> {
     int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
     int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
     bool need_x = ctx->needs_input_grad(0), need_w = needs(ctx, ew), need_b = needs(ctx, eb);
-    if (double_backward(Direct, saved[0])) {  // create_graph: a differentiable gradient
+    if (double_backward(false, saved[0])) {  // create_graph: a differentiable gradient
       std::vector<std::pair<size_t, at::Tensor>> wrt;
       if (need_x) wrt.emplace_back(0, saved[0]);
       if (need_w) wrt.emplace_back(1, saved[3]);
@@ -613,26 +637,90 @@ class NormFunction : public torch::autograd::Function<NormFunction<Direct>> {
     c10::optional<at::Tensor> w, b;
     if (saved[3].defined()) w = saved[3];
     if (saved[4].defined()) b = saved[4];
-    const at::Tensor &x = saved[0];
     at::Tensor dy = grads[0];  // the library reads dy through x's (or its own packed) descriptor
     if (!rowwise(dy, axis)) dy = dy.contiguous();
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
+                         .typed<decltype(norm_bwd)>();
     at::Tensor dx, dgamma, dbeta;
-    if (Direct) {
-      std::tie(dx, dgamma, dbeta) = norm_bwd(dy, x, saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
-    } else {
-      static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
-                           .typed<decltype(norm_bwd)>();
-      std::tie(dx, dgamma, dbeta) = op.call(dy, x, saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
-    }
+    std::tie(dx, dgamma, dbeta) = op.call(dy, saved[0], saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
     return {need_x ? dx : at::Tensor(), need_w ? dgamma : at::Tensor(), need_b ? dbeta : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
+// The eager entry's autograd node, made as torch's generated nodes are (a
+// Node holding its saved variables; edges x, weight, bias, an absent one
+// empty) rather than through torch::autograd::Function, whose generic
+// bookkeeping (the context's dictionary and variable lists, materialized
+// zero gradients, the node's demangled name on every call) is host time a
+// torch.nn module does not pay. A gradient that is not defined gives none
+// (as torch's nodes). Compiled autograd does not take this node: a compiled
+// forward takes the registered op's path (NormFunction) instead.
+struct NormBackward final : public torch::autograd::Node {
+  torch::autograd::SavedVariable x_, mean_, rstd_, weight_, bias_;
+  int64_t mode = 0, axis = 0, flags = 0;
+  double eps = 0;
+
+  std::string name() const override { return "fusednorm::NormBackward"; }
+
+  void release_variables() override {
+    for (auto *v : {&x_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
+    torch::autograd::variable_list out(3);
+    const at::Tensor x = x_.unpack(), mean = mean_.unpack(), rstd = rstd_.unpack();
+    const at::Tensor w = weight_.unpack(), b = bias_.unpack();
+    const bool need_x = task_should_compute_output(0);
+    const bool need_w = w.defined() && task_should_compute_output(1);
+    const bool need_b = b.defined() && task_should_compute_output(2);
+    if (!grads[0].defined() || !(need_x || need_w || need_b)) return out;
+    if (double_backward(true, x)) {  // create_graph: a differentiable gradient
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      if (need_x) wrt.emplace_back(0, x);
+      if (need_w) wrt.emplace_back(1, w);
+      if (need_b) wrt.emplace_back(2, b);
+      return grads_with_graph(norm_reference(x, w, b, mode, axis, eps, flags), grads[0], wrt, 3);
+    }
+    at::Tensor dy = grads[0];  // the library reads dy through x's (or its own packed) descriptor
+    if (!rowwise(dy, axis)) dy = dy.contiguous();
+    c10::optional<at::Tensor> wo, bo;
+    if (w.defined()) wo = w;
+    if (b.defined()) bo = b;
+    at::Tensor dx, dgamma, dbeta;
+    std::tie(dx, dgamma, dbeta) = norm_bwd_impl(dy, x, mean, rstd, wo, bo, mode, axis, need_w, need_b, flags);
+    if (need_x) out[0] = std::move(dx);
+    if (need_w) out[1] = std::move(dgamma);
+    if (need_b) out[2] = std::move(dbeta);
+    return out;
+  }
+};
+
+// y of the eager entry with its autograd node (some input needs a gradient).
+at::Tensor norm_eager_autograd(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
+                               const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps,
+                               int64_t flags) {
+  at::Tensor y, mean, rstd;
+  std::tie(y, mean, rstd) = norm_fwd_impl(x, weight, bias, mode, axis, eps, flags, true);
+  auto node = std::shared_ptr<NormBackward>(new NormBackward(), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
+  torch::autograd::set_history(y, node);
+  node->x_ = torch::autograd::SavedVariable(x, false);
+  node->mean_ = torch::autograd::SavedVariable(mean, false);
+  node->rstd_ = torch::autograd::SavedVariable(rstd, false);
+  if (given(weight)) node->weight_ = torch::autograd::SavedVariable(*weight, false);
+  if (given(bias)) node->bias_ = torch::autograd::SavedVariable(*bias, false);
+  node->mode = mode;
+  node->axis = axis;
+  node->flags = flags;
+  node->eps = eps;
+  return y;
+}
+
 at::Tensor norm_autograd(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
                          const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps,
                          int64_t flags) {
-  return NormFunction<false>::apply(x, weight, bias, mode, axis, eps, flags);
+  return NormFunction::apply(x, weight, bias, mode, axis, eps, flags);
 }
 
 // Autocast: layer_norm is on autocast's fp32 list (x, weight and bias run in
@@ -702,12 +790,16 @@ py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle sh
                              !(*t)->is_contiguous()))
         return py::none();
   }
+  // Forward-mode AD (dual tensors): torch's path, which has the tangents.
+  if (torch::autograd::isFwGradDefined(x) || torch::autograd::isFwGradDefined(w) ||
+      torch::autograd::isFwGradDefined(b))
+    return py::none();
   RECORD_FUNCTION("fusednorm::norm", std::vector<c10::IValue>({x}));
   at::Tensor y;
   {
     py::gil_scoped_release no_gil;
     if (needs_grad({&w, &b}) || (at::GradMode::is_enabled() && x.requires_grad()))
-      y = NormFunction<true>::apply(x, w, b, mode, axis, eps, flags);
+      y = norm_eager_autograd(x, w, b, mode, axis, eps, flags);
     else
       y = std::get<0>(norm_fwd_impl(x, w, b, mode, axis, eps, flags, false));
   }
