@@ -571,12 +571,11 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     s = s + 1 == stages ? 0 : s + 1;
   }
   cp_async_wait<0>();
-  const bool one_block = p.dgamma != nullptr || p.dbeta != nullptr;  // the plan's: uniform
-  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr && !one_block) return;  // uniform
+  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;  // uniform
   static_assert(PACK % 4 == 0, "the rows tier takes 16-byte packs of 16- or 32-bit values");
   // (k and i are compile-time in every use: the accumulators stay registers.)
   auto acc_at = [&](int which, int k, int i) { return which == 0 ? dg[k][i] : db[RMS ? 0 : k][i]; };
-  if (groups == 1 && !one_block) {
+  if (groups == 1) {
     for (int which = 0; which < (RMS ? 1 : 2); ++which) {
       float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
       if (out == nullptr) continue;
@@ -600,8 +599,7 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
   __syncthreads();
   for (int which = 0; which < (RMS ? 1 : 2); ++which) {
     float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
-    void *sums = which == 0 ? p.dgamma : p.dbeta;  // one-block plan
-    if (out == nullptr && sums == nullptr) continue;  // uniform
+    if (out == nullptr) continue;  // uniform
 #pragma unroll
     for (int k = 0; k < NPACK; ++k) {
       float4 *c = reinterpret_cast<float4 *>(combine + group * covered + (static_cast<int64_t>(k) * width + lane) * PACK);
@@ -614,12 +612,7 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     for (int64_t c = threadIdx.x; c < p.cols; c += threads) {
       float sum = 0.f;
       for (int gi = 0; gi < groups; ++gi) sum += combine[gi * covered + c];
-      if (sums == nullptr)
-        out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = sum;
-      else if (p.param_f32)
-        static_cast<float *>(sums)[c] = sum;
-      else
-        static_cast<T *>(sums)[c] = Convert<T>::from_float(sum);
+      out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = sum;
     }
     __syncthreads();
   }
@@ -634,25 +627,15 @@ struct BwdRowsShape {
   int groups = 1;
   int stages = 2;
   size_t smem = 0;
-  bool one_block = false;
 };
-
-// Rows per group at most for a one-block plan: a grid of one block whose
-// groups take every row (two each at most) and write dgamma / dbeta
-// themselves. The partial rows' column-sum kernel is a second launch, which
-// at so few rows costs more (host and GPU) than the block's second row
-// (16 x 1024 bf16: 16 blocks of one row, then the column sums).
-constexpr int kBwdOneBlockRowsPerGroup = 2;
 
 template <typename T, int PACK, int NPACK>
 BwdRowsShape bwd_rows_shape(const NormBwdParams &p, const DeviceInfo &dev) {
   const int width = p.block_threads;
   const int64_t rows_per_sm = ceil_div(p.rows, static_cast<int64_t>(std::max(dev.sm_count, 1)));
-  const int64_t max_groups = std::max<int64_t>(
-      1, std::min<int64_t>(kBwdRowsMaxGroups, bwd_rows_max_threads(NPACK * PACK) / width));
-  const bool few_rows = p.rows <= kBwdOneBlockRowsPerGroup * max_groups;
   BwdRowsShape r;
-  r.groups = static_cast<int>(std::max<int64_t>(1, std::min(max_groups, few_rows ? p.rows : rows_per_sm)));
+  r.groups = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({kBwdRowsMaxGroups, bwd_rows_max_threads(NPACK * PACK) / width, rows_per_sm})));
   const size_t margin = kBwdRowsSmemMargin;
   const size_t avail =
       static_cast<size_t>(dev.max_smem_optin) > margin ? static_cast<size_t>(dev.max_smem_optin) - margin : 0;
@@ -660,7 +643,6 @@ BwdRowsShape bwd_rows_shape(const NormBwdParams &p, const DeviceInfo &dev) {
   while (r.groups > 1 && avail / stage(r.groups) < 2) --r.groups;
   r.stages = static_cast<int>(std::min<size_t>(kBwdRowsMaxStages, avail / stage(r.groups)));
   r.smem = static_cast<size_t>(r.stages) * stage(r.groups);
-  r.one_block = few_rows && p.rows <= int64_t{kBwdOneBlockRowsPerGroup} * r.groups;
   return r;
 }
 
@@ -786,8 +768,7 @@ cudaError_t shape_norm_bwd(const NormBwdParams &p, const DeviceContext &ctx, Nor
     cudaError_t err = cached_occupancy(ctx.occupancy, kernel, shape.groups * p.block_threads, shape.smem, &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
-    s->grid = shape.one_block ? 1 : static_cast<int>(std::min(ceil_div(p.rows, int64_t{shape.groups}), sms * occ));
-    s->one_block = shape.one_block;
+    s->grid = static_cast<int>(std::min(ceil_div(p.rows, int64_t{shape.groups}), sms * occ));
     s->groups = shape.groups;
     s->stages = shape.stages;
     s->smem = shape.smem;

@@ -67,11 +67,6 @@ struct NormBwdParams {
   // Per-block partial sums over rows, [grid][cols] each (null: not wanted).
   float *dgamma_partial = nullptr;
   float *dbeta_partial = nullptr;
-  // A one-block plan (rows tier, few rows): the sums themselves, written in
-  // the parameters' dtype (float when param_f32, else T); no partial rows and
-  // no column-sum launch (null: not wanted).
-  void *dgamma = nullptr;
-  void *dbeta = nullptr;
   float *row_coef = nullptr;  // column-tiled tier: [rows][2] row coefficients
   int64_t rows = 0;
   int64_t cols = 0;
@@ -118,7 +113,6 @@ struct NormBwdShape {
   int groups = 1;    // rows tier: row groups per block
   int stages = 2;    // rows tier: depth of the staging ring
   size_t smem = 0;   // rows tier: dynamic shared memory bytes
-  bool one_block = false;  // rows tier: one block writes dgamma / dbeta itself
 };
 
 // Each instance: `shape` (at plan time: the launch shape of the parameters'
