@@ -130,6 +130,85 @@ class Norms(unittest.TestCase):
         close(self, mine(x), ref, torch.float16, "fp16 x, fp32 params")
 
 
+class NormAutogradNode(unittest.TestCase):
+    """The eager LayerNorm/RMSNorm call's autograd node (ops.cpp's
+    NormBackward, made as torch's generated nodes are): what torch's own
+    node does for a second backward, an input modified in place, saved-tensor
+    hooks, checkpointing, retain_graph, an output that gets no gradient, and
+    dual tensors (forward-mode AD, which takes torch's path)."""
+
+    def pairs(self):
+        for ours_cls, torch_cls in ((ft.LayerNorm, nn.LayerNorm), (ft.RMSNorm, nn.RMSNorm)):
+            mine, ref = twins(ours_cls, torch_cls, 256, device=DEV)
+            yield ours_cls.__name__, mine, ref
+
+    def test_node_is_ours(self):
+        for name, mine, _ in self.pairs():
+            y = mine(torch.randn(8, 256, device=DEV, requires_grad=True))
+            self.assertEqual(y.grad_fn.name(), "fusednorm::NormBackward", name)
+            self.assertEqual(len(y.grad_fn.next_functions), 3, name)  # x, weight, bias (an absent one empty)
+
+    def test_second_backward_and_in_place_errors(self):
+        for name, mine, ref in self.pairs():
+            for m in (mine, ref):
+                x = torch.randn(8, 256, device=DEV, requires_grad=True)
+                y = m(x)
+                y.sum().backward()
+                with self.assertRaisesRegex(RuntimeError, "backward through the graph a second time", msg=name):
+                    y.sum().backward()
+                x2 = torch.randn(8, 256, device=DEV)
+                xl = x2.clone().requires_grad_()
+                xi = xl * 1  # a non-leaf input, modified after the forward saved it
+                y2 = m(xi)
+                with torch.no_grad():
+                    xi.add_(1)
+                with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation", msg=name):
+                    y2.sum().backward()
+
+    def test_retain_graph_hooks_checkpoint(self):
+        from torch.utils.checkpoint import checkpoint
+        for name, mine, ref in self.pairs():
+            x = torch.randn(16, 256, device=DEV)
+            dy = torch.randn(16, 256, device=DEV)
+            xa = x.clone().requires_grad_()
+            y = mine(xa)
+            g1 = torch.autograd.grad(y, (xa, mine.weight), dy, retain_graph=True)
+            g2 = torch.autograd.grad(y, (xa, mine.weight), dy)
+            for a, b in zip(g1, g2):
+                self.assertTrue(torch.equal(a, b), f"{name}: retain_graph gave other gradients")
+            packed = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: (packed.append(1), t)[1], lambda t: t):
+                xb = x.clone().requires_grad_()
+                mine(xb).backward(dy)
+            self.assertGreater(len(packed), 0, f"{name}: the saved-tensor hooks saw nothing")
+            close(self, xb.grad, g1[0], torch.float32, f"{name} dx under saved-tensor hooks")
+            xc = x.clone().requires_grad_()
+            checkpoint(mine, xc, use_reentrant=False).backward(dy)
+            close(self, xc.grad, g1[0], torch.float32, f"{name} dx through checkpoint")
+            xr = x.clone().requires_grad_()
+            ref(xr).backward(dy)
+            close(self, g1[0], xr.grad, torch.float32, f"{name} dx against torch.nn")
+
+    def test_no_gradient_reaching_the_output(self):
+        for name, mine, ref in self.pairs():
+            x = torch.randn(4, 256, device=DEV, requires_grad=True)
+            y = mine(x)
+            z = (y * 0).sum() + x.sum()
+            z.backward()
+            self.assertTrue(torch.equal(x.grad, torch.ones_like(x)), name)
+
+    def test_forward_mode_ad(self):
+        import torch.autograd.forward_ad as fwAD
+        for name, mine, ref in self.pairs():
+            x = torch.randn(8, 256, device=DEV)
+            t = torch.randn(8, 256, device=DEV)
+            with fwAD.dual_level():
+                ours = fwAD.unpack_dual(mine(fwAD.make_dual(x, t))).tangent
+                theirs = fwAD.unpack_dual(ref(fwAD.make_dual(x, t))).tangent
+            self.assertIsNotNone(ours, f"{name}: no tangent")
+            close(self, ours, theirs, torch.float32, f"{name} forward-mode tangent")
+
+
 class BatchNorms(unittest.TestCase):
     def case(self, cls, tcls, shape, dtype, channels_last, act, with_z, momentum, steps=3):
         """ours in `dtype` against torch.nn in float32 on the same values (fp32

@@ -13,7 +13,9 @@ A call goes one of two ways:
   tracing (the module records itself as one call_module node, as torch.nn's
   modules are leaves of FX's tracer), ONNX export and TorchScript tracing
   (torch.nn.functional's ops, which export as standard ONNX operators),
-  functorch transforms, layouts that need a copy (and RMSNorm's channels-last
+  functorch transforms, LayerNorm/RMSNorm under forward-mode AD (a
+  dual_level: torch's ops carry the tangents), layouts that need a copy (and
+  RMSNorm's channels-last
   output), empty tensors and every case the library refuses (CPU tensors,
   dtypes, parameter dtype mixes): torch.nn.functional, as torch.nn does.
 
@@ -69,6 +71,13 @@ def _torch_only() -> bool:
     holds."""
     return (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
             or isinstance(torch._C._functorch.peek_interpreter_stack(), torch._C._functorch.CInterpreter))
+
+
+def _dual_level() -> bool:
+    """Inside torch.autograd.forward_ad.dual_level(): inputs may carry
+    tangents, which torch's functional ops propagate (LayerNorm/RMSNorm take
+    that path there; the library's ops have no forward-mode formula)."""
+    return torch.autograd.forward_ad._current_level >= 0
 
 
 def _fx_call(module, args):
@@ -146,7 +155,8 @@ class _NormMixin:
         w = self.weight
         b = self.bias if ln else None
         zc = getattr(self, "zero_centered", False) and w is not None
-        if _ON and not _torch_only() and isinstance(input, Tensor) and input.is_cuda and input.dtype in _FLOATS \
+        if _ON and not _torch_only() and not _dual_level() and isinstance(input, Tensor) and input.is_cuda \
+                and input.dtype in _FLOATS \
                 and input.numel() > 0 and _params_ok(w, b, input) \
                 and tuple(input.shape[input.dim() - len(self.normalized_shape):]) == tuple(self.normalized_shape):
             axis = input.dim() - len(self.normalized_shape)
