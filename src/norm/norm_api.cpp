@@ -42,12 +42,6 @@ void launch_bwd(const NormProblem &pb, const NormBwdPlan &plan, const NormBwdArg
   p.dx = a.dx;
   unsigned char *ws = static_cast<unsigned char *>(a.workspace);
   const BwdWorkspace &layout = plan.workspace;
-  if (plan.shape.sums_cluster > 0) {  // one cluster writes the sums: no partial rows, no second launch
-    p.dgamma = a.dgamma;
-    p.dbeta = a.dbeta;
-    check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
-    return;
-  }
   if (a.dgamma != nullptr) p.dgamma_partial = reinterpret_cast<float *>(ws + layout.dgamma_offset);
   if (a.dbeta != nullptr) p.dbeta_partial = reinterpret_cast<float *>(ws + layout.dbeta_offset);
   if (plan.tier == Tier::ColumnTiled) p.row_coef = reinterpret_cast<float *>(ws + layout.coef_offset);

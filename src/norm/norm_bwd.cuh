@@ -16,10 +16,7 @@
 //            (gamma and the dgamma/dbeta accumulators stay in registers), x
 //            and dy come through a thread-private cp.async ring 2-4 rows
 //            deep. One partial row per block: the partial sums' traffic
-//            grows with the SM count, not the rows. Few rows (at most 8
-//            blocks of a row per group, sm_90): one thread block cluster
-//            whose blocks add their sums through distributed shared memory
-//            and write dgamma/dbeta, with no column-sum launch.
+//            grows with the SM count, not the rows.
 //   Warp / BlockRegisters  a group of lanes / a block per row; each thread
 //            owns fixed columns for all the rows it visits, so it accumulates
 //            dgamma/dbeta in registers. Its x and dy come through a
@@ -407,9 +404,6 @@ __global__ void __launch_bounds__(512) norm_bwd_block_kernel(NormBwdParams p) {
 // covers the static reduction slots below, 4 KiB.)
 constexpr int kBwdRowsMaxGroups = 8;
 constexpr int kBwdRowsMaxStages = 4;
-// Blocks of the rows tier's one-cluster plan at most (the portable thread
-// block cluster size).
-constexpr int kBwdSumsClusterBlocks = 8;
 
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -450,10 +444,7 @@ struct GroupSum2 {
 // NPACK * PACK >= p.cols; 2 <= stages <= kBwdRowsMaxStages; dynamic shared
 // memory holds `stages` stages of the ring (norm_bwd_stage_bytes) and the
 // groups' combine buffer (blockDim.x * NPACK * PACK floats). RMS == p.rms.
-// CLUSTER_SUMS: launched as one thread block cluster (gridDim.x blocks, sm_90)
-// that writes p.dgamma / p.dbeta; shared memory also holds the block's sums
-// past the combine buffer ((RMS ? 1 : 2) * p.cols floats).
-template <typename T, int PACK, int NPACK, bool RMS, bool CLUSTER_SUMS>
+template <typename T, int PACK, int NPACK, bool RMS>
 __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     norm_bwd_rows_kernel(NormBwdParams p, int groups, int stages) {
   using P = Pack<T, PACK>;
@@ -580,97 +571,10 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     s = s + 1 == stages ? 0 : s + 1;
   }
   cp_async_wait<0>();
+  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;  // uniform
   static_assert(PACK % 4 == 0, "the rows tier takes 16-byte packs of 16- or 32-bit values");
   // (k and i are compile-time in every use: the accumulators stay registers.)
   auto acc_at = [&](int which, int k, int i) { return which == 0 ? dg[k][i] : db[RMS ? 0 : k][i]; };
-  const int64_t covered = static_cast<int64_t>(width) * NPACK * PACK;
-  // The groups' sums per column, added in group order in the ring's memory
-  // (free once every thread is past its last read: the caller's barrier).
-  auto combine_groups = [&](int which, float *combine, auto &&take) {
-#pragma unroll
-    for (int k = 0; k < NPACK; ++k) {
-      float4 *c = reinterpret_cast<float4 *>(combine + group * covered + (static_cast<int64_t>(k) * width + lane) * PACK);
-#pragma unroll
-      for (int q = 0; q < PACK / 4; ++q)
-        c[q] = make_float4(acc_at(which, k, 4 * q), acc_at(which, k, 4 * q + 1), acc_at(which, k, 4 * q + 2),
-                           acc_at(which, k, 4 * q + 3));
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < p.cols; c += threads) {
-      float sum = 0.f;
-      for (int gi = 0; gi < groups; ++gi) sum += combine[gi * covered + c];
-      take(c, sum);
-    }
-    __syncthreads();
-  };
-  if constexpr (CLUSTER_SUMS) {
-    if (p.dgamma == nullptr && p.dbeta == nullptr) return;  // uniform over the cluster
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int blocks = static_cast<int>(cluster.num_blocks());
-    auto store = [&](void *out, int64_t c, float sum) {
-      if (p.param_f32)
-        static_cast<float *>(out)[c] = sum;
-      else
-        static_cast<T *>(out)[c] = Convert<T>::from_float(sum);
-    };
-    float *combine = reinterpret_cast<float *>(smem_raw);
-    float *sums = combine + groups * covered;  // [which][cols]: this block's
-    __syncthreads();
-    for (int which = 0; which < (RMS ? 1 : 2); ++which) {
-      void *out = which == 0 ? p.dgamma : p.dbeta;
-      if (out == nullptr) continue;  // uniform
-      combine_groups(which, combine, [&](int64_t c, float sum) {
-        if (blocks == 1)
-          store(out, c, sum);  // a cluster of one block: its sums are the sums
-        else
-          sums[which * p.cols + c] = sum;
-      });
-    }
-    if (blocks == 1) return;
-    cluster.sync();  // every block's sums are in its shared memory
-    // Block `rank` writes its slice of the columns, adding the blocks' sums
-    // in rank order (the same bits run to run). A thread reads the peers'
-    // values of kCols columns before it stores any: the reads of distributed
-    // shared memory overlap instead of waiting one after another (one at a
-    // time cost 1-4 us at 1-64 rows on the H100).
-    constexpr int kCols = 4;
-    const float *peer[kBwdSumsClusterBlocks];
-#pragma unroll
-    for (int r = 0; r < kBwdSumsClusterBlocks; ++r) peer[r] = r < blocks ? cluster.map_shared_rank(sums, r) : sums;
-    const int64_t chunk = ceil_div(p.cols, static_cast<int64_t>(blocks));
-    const int64_t first = static_cast<int64_t>(cluster.block_rank()) * chunk;
-    const int64_t end = first + chunk < p.cols ? first + chunk : p.cols;
-    for (int which = 0; which < (RMS ? 1 : 2); ++which) {
-      void *out = which == 0 ? p.dgamma : p.dbeta;
-      if (out == nullptr) continue;
-      for (int64_t c0 = first + threadIdx.x; c0 < end; c0 += kCols * threads) {
-        float v[kCols][kBwdSumsClusterBlocks];
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          const int64_t c = c0 + static_cast<int64_t>(j) * threads;
-#pragma unroll
-          for (int r = 0; r < kBwdSumsClusterBlocks; ++r)
-            v[j][r] = (r < blocks && c < end) ? peer[r][which * p.cols + c] : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          const int64_t c = c0 + static_cast<int64_t>(j) * threads;
-          float sum = 0.f;
-#pragma unroll
-          for (int r = 0; r < kBwdSumsClusterBlocks; ++r) sum += v[j][r];  // rank order; absent ranks add 0
-          if (c < end) store(out, c, sum);
-        }
-      }
-    }
-    cluster.sync();  // no block exits while a peer reads its shared memory
-#else
-    __trap();  // planned on sm_90 and later only
-#endif
-    return;
-  }
-  if (p.dgamma_partial == nullptr && p.dbeta_partial == nullptr) return;  // uniform
   if (groups == 1) {
     for (int which = 0; which < (RMS ? 1 : 2); ++which) {
       float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
@@ -688,13 +592,29 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
     }
     return;
   }
+  // The groups' sums, added in group order, in the ring's memory (free now:
+  // every copy landed, and after the barrier every thread is past its reads).
   float *combine = reinterpret_cast<float *>(smem_raw);
+  const int64_t covered = static_cast<int64_t>(width) * NPACK * PACK;
   __syncthreads();
   for (int which = 0; which < (RMS ? 1 : 2); ++which) {
     float *out = which == 0 ? p.dgamma_partial : p.dbeta_partial;
     if (out == nullptr) continue;  // uniform
-    combine_groups(which, combine,
-                   [&](int64_t c, float sum) { out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = sum; });
+#pragma unroll
+    for (int k = 0; k < NPACK; ++k) {
+      float4 *c = reinterpret_cast<float4 *>(combine + group * covered + (static_cast<int64_t>(k) * width + lane) * PACK);
+#pragma unroll
+      for (int q = 0; q < PACK / 4; ++q)
+        c[q] = make_float4(acc_at(which, k, 4 * q), acc_at(which, k, 4 * q + 1), acc_at(which, k, 4 * q + 2),
+                           acc_at(which, k, 4 * q + 3));
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < p.cols; c += threads) {
+      float sum = 0.f;
+      for (int gi = 0; gi < groups; ++gi) sum += combine[gi * covered + c];
+      out[static_cast<int64_t>(blockIdx.x) * p.cols + c] = sum;
+    }
+    __syncthreads();
   }
 }
 
@@ -707,37 +627,19 @@ struct BwdRowsShape {
   int groups = 1;
   int stages = 2;
   size_t smem = 0;
-  int sums_cluster = 0;  // NormBwdShape's
 };
 
-// cluster: the one-cluster plan (a row per group in at most
-// kBwdSumsClusterBlocks blocks, sm_90), or sums_cluster = 0 where the rows or
-// the shared memory do not allow it; otherwise the persistent grid's shape.
 template <typename T, int PACK, int NPACK>
-BwdRowsShape bwd_rows_shape(const NormBwdParams &p, const DeviceInfo &dev, bool cluster) {
+BwdRowsShape bwd_rows_shape(const NormBwdParams &p, const DeviceInfo &dev) {
   const int width = p.block_threads;
   const int64_t rows_per_sm = ceil_div(p.rows, static_cast<int64_t>(std::max(dev.sm_count, 1)));
-  const int64_t max_groups =
-      std::max<int64_t>(1, std::min<int64_t>(kBwdRowsMaxGroups, bwd_rows_max_threads(NPACK * PACK) / width));
+  BwdRowsShape r;
+  r.groups = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({kBwdRowsMaxGroups, bwd_rows_max_threads(NPACK * PACK) / width, rows_per_sm})));
   const size_t margin = kBwdRowsSmemMargin;
   const size_t avail =
       static_cast<size_t>(dev.max_smem_optin) > margin ? static_cast<size_t>(dev.max_smem_optin) - margin : 0;
   auto stage = [&](int groups) { return norm_bwd_stage_bytes(groups * width, NPACK, PACK, sizeof(T)); };
-  BwdRowsShape r;
-  if (cluster) {
-    if (dev.cc_major < 9 || p.rows > kBwdSumsClusterBlocks * max_groups) return r;
-    r.groups = static_cast<int>(ceil_div(p.rows, int64_t{kBwdSumsClusterBlocks}));
-    int blocks = 1;
-    while (blocks * r.groups < p.rows) blocks *= 2;  // 1, 2, 4 or 8: some groups may have no row
-    const size_t sums = (static_cast<size_t>(r.groups) * width * NPACK * PACK +
-                         (p.rms ? 1 : 2) * static_cast<size_t>(p.cols)) * sizeof(float);
-    r.stages = 2;
-    r.smem = std::max(2 * stage(r.groups), sums);
-    if (r.smem > avail) return BwdRowsShape{};
-    r.sums_cluster = blocks;
-    return r;
-  }
-  r.groups = static_cast<int>(std::max<int64_t>(1, std::min(max_groups, rows_per_sm)));
   while (r.groups > 1 && avail / stage(r.groups) < 2) --r.groups;
   r.stages = static_cast<int>(std::min<size_t>(kBwdRowsMaxStages, avail / stage(r.groups)));
   r.smem = static_cast<size_t>(r.stages) * stage(r.groups);
@@ -824,12 +726,9 @@ __global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(N
 
 template <typename T, int PACK, Tier TIER, int NPACK>
 const void *norm_bwd_kernel(bool rms, bool cluster) {
-  if constexpr (TIER == Tier::BlockRows) {  // cluster: the one-cluster plan's
-    if (cluster)
-      return rms ? reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, true, true>)
-                 : reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, false, true>);
-    return rms ? reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, true, false>)
-               : reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, false, false>);
+  if constexpr (TIER == Tier::BlockRows) {
+    return rms ? reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, true>)
+               : reinterpret_cast<const void *>(norm_bwd_rows_kernel<T, PACK, NPACK, false>);
   } else if constexpr (TIER == Tier::Warp) {
     return rms ? reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, true>)
                : reinterpret_cast<const void *>(norm_bwd_warp_kernel<T, PACK, NPACK, false>);
@@ -865,42 +764,7 @@ cudaError_t shape_norm_bwd(const NormBwdParams &p, const DeviceContext &ctx, Nor
   *s = NormBwdShape{};
   int occ = 0;
   if constexpr (TIER == Tier::BlockRows) {
-    // Few rows: one cluster, where the device schedules it.
-    const BwdRowsShape one = bwd_rows_shape<T, PACK, NPACK>(p, ctx.dev, true);
-    if (one.sums_cluster > 0) {
-      const void *ck = norm_bwd_kernel<T, PACK, TIER, NPACK>(p.rms, true);
-      const int threads = one.groups * p.block_threads;
-      // (the occupancy query opens the kernel's shared memory limit)
-      cudaError_t err = cached_occupancy(ctx.occupancy, ck, threads, one.smem, &occ);
-      if (err != cudaSuccess) return err;
-      int clusters = 0;
-      if (occ > 0) {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(static_cast<unsigned>(one.sums_cluster));
-        config.blockDim = dim3(static_cast<unsigned>(threads));
-        config.dynamicSmemBytes = one.smem;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = static_cast<unsigned>(one.sums_cluster);
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        if (cudaOccupancyMaxActiveClusters(&clusters, ck, &config) != cudaSuccess) {
-          (void)cudaGetLastError();  // not schedulable: the persistent grid below
-          clusters = 0;
-        }
-      }
-      if (clusters > 0) {
-        s->grid = one.sums_cluster;
-        s->sums_cluster = one.sums_cluster;
-        s->groups = one.groups;
-        s->stages = one.stages;
-        s->smem = one.smem;
-        return cudaSuccess;
-      }
-    }
-    const BwdRowsShape shape = bwd_rows_shape<T, PACK, NPACK>(p, ctx.dev, false);
+    const BwdRowsShape shape = bwd_rows_shape<T, PACK, NPACK>(p, ctx.dev);
     cudaError_t err = cached_occupancy(ctx.occupancy, kernel, shape.groups * p.block_threads, shape.smem, &occ);
     if (err != cudaSuccess) return err;
     if (occ == 0) return cudaErrorInvalidConfiguration;
@@ -977,34 +841,10 @@ template <typename T, int PACK, Tier TIER, int NPACK>
 cudaError_t launch_norm_bwd(const NormBwdParams &p, const NormBwdShape &s, cudaStream_t stream) {
   if constexpr (TIER == Tier::BlockRows) {
     const unsigned block = static_cast<unsigned>(s.groups * p.block_threads);
-    if (s.sums_cluster > 1) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(s.grid));
-      config.blockDim = dim3(block);
-      config.dynamicSmemBytes = s.smem;
-      config.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(s.sums_cluster);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      config.attrs = attr;
-      config.numAttrs = 1;
-      cudaError_t err = p.rms ? cudaLaunchKernelEx(&config, norm_bwd_rows_kernel<T, PACK, NPACK, true, true>, p,
-                                                   s.groups, s.stages)
-                              : cudaLaunchKernelEx(&config, norm_bwd_rows_kernel<T, PACK, NPACK, false, true>, p,
-                                                   s.groups, s.stages);
-      if (err != cudaSuccess) return err;
-    } else if (s.sums_cluster == 1) {  // one block: a plain launch is a cluster of one
-      if (p.rms)
-        norm_bwd_rows_kernel<T, PACK, NPACK, true, true><<<1, block, s.smem, stream>>>(p, s.groups, s.stages);
-      else
-        norm_bwd_rows_kernel<T, PACK, NPACK, false, true><<<1, block, s.smem, stream>>>(p, s.groups, s.stages);
-    } else if (p.rms) {
-      norm_bwd_rows_kernel<T, PACK, NPACK, true, false><<<s.grid, block, s.smem, stream>>>(p, s.groups, s.stages);
-    } else {
-      norm_bwd_rows_kernel<T, PACK, NPACK, false, false><<<s.grid, block, s.smem, stream>>>(p, s.groups, s.stages);
-    }
+    if (p.rms)
+      norm_bwd_rows_kernel<T, PACK, NPACK, true><<<s.grid, block, s.smem, stream>>>(p, s.groups, s.stages);
+    else
+      norm_bwd_rows_kernel<T, PACK, NPACK, false><<<s.grid, block, s.smem, stream>>>(p, s.groups, s.stages);
   } else if constexpr (TIER == Tier::Warp || TIER == Tier::BlockRegisters) {
     return p.rms ? launch_norm_bwd_staged<T, PACK, TIER, NPACK, true>(p, s, stream)
                  : launch_norm_bwd_staged<T, PACK, TIER, NPACK, false>(p, s, stream);

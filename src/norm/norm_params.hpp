@@ -67,12 +67,6 @@ struct NormBwdParams {
   // Per-block partial sums over rows, [grid][cols] each (null: not wanted).
   float *dgamma_partial = nullptr;
   float *dbeta_partial = nullptr;
-  // Rows tier launched as one thread block cluster (NormBwdShape::sums_cluster):
-  // the sums themselves, in the parameters' dtype (float when param_f32,
-  // else T), added across the cluster's blocks in rank order (null: not
-  // wanted; no partial rows then).
-  void *dgamma = nullptr;
-  void *dbeta = nullptr;
   float *row_coef = nullptr;  // column-tiled tier: [rows][2] row coefficients
   int64_t rows = 0;
   int64_t cols = 0;
@@ -119,10 +113,6 @@ struct NormBwdShape {
   int groups = 1;    // rows tier: row groups per block
   int stages = 2;    // rows tier: depth of the staging ring
   size_t smem = 0;   // rows tier: dynamic shared memory bytes
-  // rows tier: > 0, the grid is one thread block cluster of this many blocks
-  // (a row per group) that writes dgamma/dbeta itself; 0, partial rows and
-  // the column-sum kernel
-  int sums_cluster = 0;
 };
 
 // Each instance: `shape` (at plan time: the launch shape of the parameters'

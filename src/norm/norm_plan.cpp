@@ -354,7 +354,7 @@ NormBwdPlan plan_norm_bwd(const NormProblem &view, int pack, const DeviceContext
   const NormBwdParams p = norm_bwd_params(view, plan);
   check_cuda(plan.instance->shape(p, ctx, &plan.shape), plan.instance->name);
   plan.grid = plan.shape.grid;
-  const bool want_partials = (view.has(kNormDgamma) || view.has(kNormDbeta)) && plan.shape.sums_cluster == 0;
+  const bool want_partials = view.has(kNormDgamma) || view.has(kNormDbeta);
   plan.workspace = bwd_workspace_layout(view, plan.grid, want_partials, plan.tier == Tier::ColumnTiled);
   return plan;
 }
