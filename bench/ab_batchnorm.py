@@ -183,16 +183,12 @@ EPIS = {"none": fn.BnEpilogue.NONE, "relu": fn.BnEpilogue.RELU, "add_relu": fn.B
 
 
 def load_builds(spec):
-    import shutil
     import tempfile
+    from bench_layernorm import load_build_copy
     copies = tempfile.mkdtemp(prefix="ab_bn_")
     for item in spec.split(","):
         name, path = item.split("=", 1)
-        copy = os.path.join(copies, f"{name}.so")
-        shutil.copy(path, copy)
-        lib = ctypes.CDLL(copy)
-        # An older build (the baseline) lacks the entry points added since.
-        _core._apply(lib, {k: v for k, v in _core._PROTOTYPES.items() if hasattr(lib, k)})
+        lib = load_build_copy(name, path, copies)
         BUILDS[name] = (lib, {}, functools.lru_cache(maxsize=512)(_core._tensor_desc.__wrapped__),
                         functools.lru_cache(maxsize=64)(_fbn._bn_desc.__wrapped__))
         use_build(name)

@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
 import gc
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -52,10 +50,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bindings", "python"))
 sys.path.insert(0, HERE)
 import fusednorm as fn  # noqa: E402
-from fusednorm import _core  # noqa: E402
 from fusednorm import linear as fl  # noqa: E402
 from bench_linear import ACTS, EPILOGUES, SEED_SHAPES, Bench, Layer, max_diff, torch_act  # noqa: E402
-from bench_layernorm import time_graph  # noqa: E402
+from bench_layernorm import load_build_copy, time_graph  # noqa: E402
 
 HOOKS = ("FNORM_LINEAR_FWD_AUX", "FNORM_LINEAR_NO_N1", "FNORM_LINEAR_WS_MIB")
 VARIANTS = {
@@ -86,6 +83,16 @@ def make_handle(env: dict, layer: Layer):
     return h
 
 
+def timed(launch, n_sets: int, reps: int, setup=None) -> float:
+    """time_graph, tried once more when a capture fails (the first use of
+    something in the process can fail one capture; the graph is discarded)."""
+    try:
+        return time_graph(launch, n_sets, reps, setup=setup)
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return time_graph(launch, n_sets, reps, setup=setup)
+
+
 # ---- several builds in one process (--builds) ------------------------------
 
 def load_builds(spec: str) -> dict:
@@ -95,10 +102,7 @@ def load_builds(spec: str) -> dict:
     builds = {}
     for item in spec.split(","):
         name, path = item.split("=", 1)
-        dst = os.path.join(copies, f"{name}.so")
-        shutil.copy(path, dst)
-        lib = ctypes.CDLL(dst)
-        _core._apply(lib, {k: v for k, v in _core._PROTOTYPES.items() if hasattr(lib, k)})
+        lib = load_build_copy(name, path, copies)
         fn.lib = lib
         builds[name] = (lib, fn.Handle())
     return builds
@@ -146,11 +150,7 @@ def run_builds(args) -> int:
                 return views[b]
 
             def t(launch, setup=None):
-                try:
-                    return time_graph(launch, S, reps, setup=setup)
-                except RuntimeError:
-                    torch.cuda.synchronize()
-                    return time_graph(launch, S, reps, setup=setup)
+                return timed(launch, S, reps, setup)
 
             cells = [(f"fwd {epi}{'' if aux else ' no aux'}", "fwd", epi, aux)
                      for epi, aux in (("bias", True), ("bias_relu", True), ("bias_gelu", True), ("bias_relu", False),
@@ -253,11 +253,7 @@ def main() -> int:
             base = B.handle
 
             def t(launch, setup=None):
-                try:
-                    return time_graph(launch, S, reps, setup=setup)
-                except RuntimeError:
-                    torch.cuda.synchronize()
-                    return time_graph(launch, S, reps, setup=setup)
+                return timed(launch, S, reps, setup)
 
             cells = {}
             # Forward cells; each variant's outputs checked against torch first.

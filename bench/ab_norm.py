@@ -18,7 +18,7 @@ Two reference columns may be named instead of a build, timed the same way in
 the same rounds: NAME=torch (PyTorch's op) and, for the forward and forward+backward
 ops, NAME=liger (Liger-Kernel, as bench_layernorm times it). A build that refuses
 a case (e.g. a plan override that cannot hold the row) shows n/a."""
-import ctypes, os, shutil, statistics, sys, tempfile, time
+import os, statistics, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_layernorm as bl  # noqa: E402
 import torch  # noqa: E402
@@ -40,17 +40,7 @@ libs = {n: p for n, p in libs.items() if p not in REFS}
 cdll = {}
 copies = tempfile.mkdtemp(prefix="ab_norm_")
 for n, path in libs.items():
-    # A copy per NAME: its own process-wide state.
-    copy = os.path.join(copies, f"{n}.so")
-    shutil.copy(path, copy)
-    L = ctypes.CDLL(copy)
-    # An older build (the baseline of an A/B) lacks the entry points added
-    # since; only the ones it has are typed.
-    for name, (res, args) in fn._PROTOTYPES.items():
-        if not hasattr(L, name):
-            continue
-        f = getattr(L, name); f.restype = res; f.argtypes = args
-    cdll[n] = L
+    cdll[n] = bl.load_build_copy(n, path, copies)  # a copy per NAME: its own process-wide state
 B = bl.Bench(reps=30)
 handles = {}
 for n, L in cdll.items():

@@ -196,6 +196,22 @@ def gpu_tag(name: str) -> str:
     return "".join(c for c in n if c.isalnum())[:16] or "gpu"
 
 
+def load_build_copy(name: str, path: str, copies: str):
+    """A private copy (in the folder `copies`) of the libfusednorm build at
+    `path`, loaded: its own process-wide state, so that several builds run side
+    by side in one process (the A/B tools). Its functions are typed from the
+    binding's prototypes; an older build (the baseline of an A/B) lacks the
+    entry points added since, and only the ones it has are typed."""
+    import ctypes
+    import shutil
+    from fusednorm import _core
+    dst = os.path.join(copies, f"{name}.so")
+    shutil.copy(path, dst)
+    lib = ctypes.CDLL(dst)
+    _core._apply(lib, {k: v for k, v in _core._PROTOTYPES.items() if hasattr(lib, k)})
+    return lib
+
+
 def time_graph(launch, n_launch: int, reps: int, setup=None) -> float:
     """Median microseconds per launch of launch(i), i = 0..n_launch-1, captured
     in one CUDA graph and replayed `reps` times. setup(), when given, runs
