@@ -663,11 +663,15 @@ struct NormBackward final : public torch::autograd::Node {
 
   std::string name() const override { return "fusednorm::NormBackward"; }
 
+  // The node's mutex, as torch's nodes take it: two backwards through one
+  // retained graph may run it from two threads.
   void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     for (auto *v : {&x_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
   }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     torch::autograd::variable_list out(3);
     const at::Tensor x = x_.unpack(), mean = mean_.unpack(), rstd = rstd_.unpack();
     const at::Tensor w = weight_.unpack(), b = bias_.unpack();
