@@ -108,7 +108,7 @@ def _register_fakes() -> None:
         return torch.empty_like(x), mean, x.new_empty((rows,), **f32)
 
     @lib.register_fake("fusednorm::norm_bwd")
-    def _norm_bwd(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags=0):
+    def _norm_bwd(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags=0, dsum=None):
         w = weight if weight is not None else bias
         dg = torch.empty_like(w, memory_format=torch.contiguous_format) \
             if need_dgamma and weight is not None else x.new_empty((0,))
@@ -119,6 +119,18 @@ def _register_fakes() -> None:
     @lib.register_fake("fusednorm::norm")
     def _norm(x, weight, bias, mode, axis, eps, flags=0):
         return torch.empty_like(x)
+
+    # add & norm: y and the sum come back packed, whatever x's layout
+    @lib.register_fake("fusednorm::add_norm_fwd")
+    def _add_norm_fwd(x, residual, weight, bias, mode, axis, eps, flags=0):
+        rows = math.prod(x.shape[:axis])
+        f32 = dict(dtype=torch.float32, device=x.device)
+        mean = x.new_empty((rows,), **f32) if mode == 0 else x.new_empty((0,), **f32)
+        return x.new_empty(x.shape), x.new_empty(x.shape), mean, x.new_empty((rows,), **f32)
+
+    @lib.register_fake("fusednorm::add_norm")
+    def _add_norm(x, residual, weight, bias, mode, axis, eps, flags=0):
+        return x.new_empty(x.shape), x.new_empty(x.shape)
 
     @lib.register_fake("fusednorm::norm_quant")
     def _norm_quant(x, weight, bias, residual, scale, mode, axis, eps, dtype, want_amax):

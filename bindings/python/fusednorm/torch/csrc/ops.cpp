@@ -519,11 +519,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd_impl(const at::Tensor &d
                                                              const c10::optional<at::Tensor> &weight,
                                                              const c10::optional<at::Tensor> &bias, int64_t mode,
                                                              int64_t axis, bool need_dgamma, bool need_dbeta,
-                                                             int64_t flags) {
+                                                             int64_t flags,
+                                                             const c10::optional<at::Tensor> &dsum = c10::nullopt) {
   TORCH_CHECK(dy.is_cuda(), "fusednorm::norm_bwd: dy must be a CUDA tensor");
-  if (!rowwise(x, axis) || !rowwise(dy, axis)) {  // strides a compiled graph chose: packed copies
+  const bool has_dsum = given(dsum);
+  if (has_dsum) {
+    same_device(dsum, x, "dsum");
+    TORCH_CHECK(dsum->sizes() == x.sizes() && dsum->scalar_type() == x.scalar_type(),
+                "fusednorm::norm_bwd: dsum must have x's sizes and dtype");
+  }
+  // dy, x and dsum read through row-wise descriptors (dsum through dy's)
+  if (!rowwise(x, axis) || !rowwise(dy, axis) || (has_dsum && dsum->strides() != dy.strides())) {
+    c10::optional<at::Tensor> ds;
+    if (has_dsum) ds = dsum->contiguous();
     auto r = norm_bwd_impl(dy.contiguous(), x.contiguous(), mean, rstd, weight, bias, mode, axis, need_dgamma,
-                           need_dbeta, flags);
+                           need_dbeta, flags, ds);
     std::get<0>(r) = at::empty_like(x).copy_(std::get<0>(r));
     return r;
   }
@@ -550,7 +560,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd_impl(const at::Tensor &d
   at::Tensor ws = workspace(ws_bytes, x);
   check(abi.fnorm_norm_bwd(h, stream_of(x), nd, xd, ptr(x), dyd, ptr(dy),
                            mode == FNORM_NORM_LAYERNORM ? static_cast<const float *>(ptr(mean)) : nullptr,
-                           static_cast<const float *>(ptr(rstd)), wd, has_w ? ptr(weight) : nullptr, nullptr, dxd,
+                           static_cast<const float *>(ptr(rstd)), wd, has_w ? ptr(weight) : nullptr,
+                           has_dsum ? ptr(dsum) : nullptr, dxd,
                            mptr(dx), need_dgamma ? mptr(dgamma) : nullptr, need_dbeta ? mptr(dbeta) : nullptr,
                            mptr(ws), ws_bytes),
         "fnorm_norm_bwd");
@@ -563,8 +574,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_bwd(const at::Tensor &dy, co
                                                         const c10::optional<at::Tensor> &weight,
                                                         const c10::optional<at::Tensor> &bias, int64_t mode,
                                                         int64_t axis, bool need_dgamma, bool need_dbeta,
-                                                        int64_t flags) {
-  auto r = norm_bwd_impl(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags);
+                                                        int64_t flags, const c10::optional<at::Tensor> &dsum) {
+  auto r = norm_bwd_impl(dy, x, mean, rstd, weight, bias, mode, axis, need_dgamma, need_dbeta, flags, dsum);
   defined_or_empty(std::get<1>(r), x, x.scalar_type());
   defined_or_empty(std::get<2>(r), x, x.scalar_type());
   return r;
@@ -594,6 +605,14 @@ at::Tensor norm_reference(const at::Tensor &x, const at::Tensor &w, const at::Te
   if (w.defined()) wf = (flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) ? w.to(at::kFloat) + 1 : w.to(at::kFloat);
   if (b.defined()) bf = b.to(at::kFloat);
   auto shape = x.sizes().slice(axis);
+  if (flags & FNORM_NORM_FLAG_ROUND_XHAT) {  // x_hat rounded to x's dtype before the scale
+    at::Tensor xh = mode == FNORM_NORM_LAYERNORM ? at::layer_norm(xf, shape, c10::nullopt, c10::nullopt, eps)
+                                                 : at::rms_norm(xf, shape, c10::nullopt, eps);
+    at::Tensor y = xh.to(x.scalar_type()).to(at::kFloat);
+    if (wf) y = y * *wf;
+    if (bf) y = y + *bf;
+    return y.to(x.scalar_type());
+  }
   at::Tensor y = mode == FNORM_NORM_LAYERNORM ? at::layer_norm(xf, shape, wf, bf, eps)
                                               : at::rms_norm(xf, shape, wf, eps);
   return y.to(x.scalar_type());
@@ -642,7 +661,8 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
                          .typed<decltype(norm_bwd)>();
     at::Tensor dx, dgamma, dbeta;
-    std::tie(dx, dgamma, dbeta) = op.call(dy, saved[0], saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags);
+    std::tie(dx, dgamma, dbeta) =
+        op.call(dy, saved[0], saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags, c10::nullopt);
     return {need_x ? dx : at::Tensor(), need_w ? dgamma : at::Tensor(), need_b ? dbeta : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -743,12 +763,12 @@ at::Tensor norm_autocast(const at::Tensor &x, const c10::optional<at::Tensor> &w
 }
 
 // The modules' eager entry: norm(x, weight, bias, normalized_shape, eps (None:
-// float32's machine epsilon, torch's rule), mode, zero_centered) -> Tensor, or
+// float32's machine epsilon, torch's rule), mode, flags) -> Tensor, or
 // None where the module's Python path must run (see the file's text).
 // normalized_shape: the module's tuple, checked against x's trailing sizes here
 // (torch's error comes from its Python path).
 py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle shape_o, py::handle eps_o,
-                      int64_t mode, bool zero_centered) {
+                      int64_t mode, int64_t flags) {
   if (!THPVariable_CheckExact(xo.ptr())) return py::none();
   const at::Tensor &x0 = THPVariable_Unpack(xo.ptr());
   c10::optional<at::Tensor> w, b;
@@ -771,7 +791,6 @@ py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle sh
     }
   }
   if (!(eps >= 0)) return py::none();
-  int64_t flags = zero_centered ? FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA : 0;
   int64_t axis = dim - nd;
   for (Py_ssize_t i = 0; i < nd; ++i) {
     PyObject *s = PyTuple_GET_ITEM(shape_o.ptr(), i);
@@ -808,6 +827,131 @@ py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle sh
       y = std::get<0>(norm_fwd_impl(x, w, b, mode, axis, eps, flags, false));
   }
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
+}
+
+// ---- Add & norm ------------------------------------------------------------
+// s = x + residual rounded to x's dtype (a pre-norm transformer's residual
+// stream), y = norm(s): one pass that reads x and residual and writes y and s.
+// The backward takes the gradient that reached s (dsum) into dx, which is
+// also the residual's gradient. x and residual: one dtype and sizes; y and s
+// come back packed (the fake kernel promises so); inputs that are not packed
+// are copied first.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_norm_fwd(
+    const at::Tensor &x0, const at::Tensor &r0, const c10::optional<at::Tensor> &weight,
+    const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps, int64_t flags) {
+  TORCH_CHECK(x0.is_cuda(), "fusednorm::add_norm: x must be a CUDA tensor");
+  TORCH_CHECK(r0.sizes() == x0.sizes() && r0.scalar_type() == x0.scalar_type(),
+              "fusednorm::add_norm: residual must have x's sizes and dtype (x ", x0.sizes(), " ",
+              x0.scalar_type(), ", residual ", r0.sizes(), " ", r0.scalar_type(), ")");
+  TORCH_CHECK(r0.device() == x0.device(), "fusednorm::add_norm: residual is on ", r0.device(), ", x on ",
+              x0.device());
+  same_device(weight, x0, "weight");
+  same_device(bias, x0, "bias");
+  const at::Tensor x = x0.is_contiguous() ? x0 : x0.contiguous();
+  const at::Tensor r = r0.is_contiguous() ? r0 : r0.contiguous();
+  c10::cuda::CUDAGuard guard(x.device());
+  int64_t rows = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= x.size(d);
+  at::Tensor y = new_like(x), sum = new_like(x);
+  at::Tensor rstd = new_vec(rows, at::kFloat, x);
+  const bool ln = mode == FNORM_NORM_LAYERNORM;
+  at::Tensor mean = ln ? new_vec(rows, at::kFloat, x) : empty0(x, at::kFloat);
+  auto h = handle_for(x);
+  auto nd = norm_desc(mode, axis, eps, flags);
+  auto xd = desc_of(x, "x");
+  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
+  auto wd = w ? desc_of(*w, "weight") : nullptr;
+  size_t ws_bytes = cached_size(1, {h, nd, xd, xd}, [&] {
+    size_t n = 0;
+    check(abi.fnorm_norm_fwd_workspace_size(h, nd, xd, xd, &n), "fnorm_norm_fwd_workspace_size");
+    return n;
+  });
+  at::Tensor ws = workspace(ws_bytes, x);
+  if (x.numel() > 0)
+    check(abi.fnorm_norm_fwd(h, stream_of(x), nd, xd, ptr(x), ptr(r), mptr(sum), wd, ptr(weight), ptr(bias), xd,
+                             mptr(y), ln ? static_cast<float *>(mptr(mean)) : nullptr,
+                             static_cast<float *>(mptr(rstd)), mptr(ws), ws_bytes),
+          "fnorm_norm_fwd");
+  return {y, sum, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> call_add_norm(const at::Tensor &x, const at::Tensor &residual,
+                                                 const c10::optional<at::Tensor> &weight,
+                                                 const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis,
+                                                 double eps, int64_t flags) {
+  auto r = add_norm_fwd(x, residual, weight, bias, mode, axis, eps, flags);
+  return {std::get<0>(r), std::get<1>(r)};
+}
+
+// The registered op's autograd kernel (it redispatches: fake tensors under
+// torch.compile reach the fake kernels). Edges: x 0, residual 1, then weight
+// and bias where given.
+class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
+                                                const at::Tensor &residual, const c10::optional<at::Tensor> &weight,
+                                                const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis,
+                                                double eps, int64_t flags) {
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::add_norm_fwd", "")
+                         .typed<decltype(add_norm_fwd)>();
+    at::Tensor y, sum, mean, rstd;
+    std::tie(y, sum, mean, rstd) = op.call(x, residual, weight, bias, mode, axis, eps, flags);
+    ctx->save_for_backward({sum, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
+    int64_t ew = given(weight) ? 2 : -1;
+    int64_t eb = given(bias) ? (given(weight) ? 3 : 2) : -1;
+    ctx->saved_data["m"] = mode | (axis << 4) | (flags << 20) | ((ew + 1) << 28) | ((eb + 1) << 32);
+    ctx->saved_data["e"] = eps;
+    return {y, sum};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    int64_t m = ctx->saved_data["m"].toInt();
+    int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
+    int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
+    const bool need_s = ctx->needs_input_grad(0) || ctx->needs_input_grad(1);
+    const bool need_w = needs(ctx, ew), need_b = needs(ctx, eb);
+    torch::autograd::variable_list out(8);
+    at::Tensor dy = grads[0], ds = grads[1];
+    const at::Tensor &s = saved[0];
+    if (!dy.defined()) {  // only the sum was used
+      if (need_s && ds.defined()) out[0] = out[1] = ds;
+      return out;
+    }
+    if (double_backward(false, s)) {  // create_graph: a differentiable gradient
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      wrt.emplace_back(0, s);
+      if (need_w) wrt.emplace_back(2, saved[3]);
+      if (need_b) wrt.emplace_back(3, saved[4]);
+      at::Tensor ref = norm_reference(s, saved[3], saved[4], mode, axis, ctx->saved_data["e"].toDouble(), flags);
+      auto g = grads_with_graph(ref, dy, wrt, 4);
+      if (need_s) out[0] = out[1] = ds.defined() ? g[0] + ds : g[0];
+      if (need_w) out[ew] = g[2];
+      if (need_b) out[eb] = g[3];
+      return out;
+    }
+    c10::optional<at::Tensor> w, b, dsum;
+    if (saved[3].defined()) w = saved[3];
+    if (saved[4].defined()) b = saved[4];
+    if (ds.defined()) dsum = ds;
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm_bwd", "")
+                         .typed<decltype(norm_bwd)>();
+    at::Tensor dx, dgamma, dbeta;
+    std::tie(dx, dgamma, dbeta) = op.call(dy, s, saved[1], saved[2], w, b, mode, axis, need_w, need_b, flags, dsum);
+    if (need_s) out[0] = out[1] = dx;
+    if (need_w) out[ew] = dgamma;
+    if (need_b) out[eb] = dbeta;
+    return out;
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> add_norm_autograd(const at::Tensor &x, const at::Tensor &residual,
+                                                     const c10::optional<at::Tensor> &weight,
+                                                     const c10::optional<at::Tensor> &bias, int64_t mode,
+                                                     int64_t axis, double eps, int64_t flags) {
+  auto r = AddNormFunction::apply(x, residual, weight, bias, mode, axis, eps, flags);
+  return {r[0], r[1]};
 }
 
 // ---- BatchNorm ------------------------------------------------------------
@@ -1319,7 +1463,12 @@ TORCH_LIBRARY(fusednorm, m) {
   m.def("norm_fwd(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps, int flags=0)"
         " -> (Tensor y, Tensor mean, Tensor rstd)");
   m.def("norm_bwd(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, int mode, int axis,"
-        " bool need_dgamma, bool need_dbeta, int flags=0) -> (Tensor dx, Tensor dgamma, Tensor dbeta)");
+        " bool need_dgamma, bool need_dbeta, int flags=0, Tensor? dsum=None)"
+        " -> (Tensor dx, Tensor dgamma, Tensor dbeta)");
+  m.def("add_norm_fwd(Tensor x, Tensor residual, Tensor? weight, Tensor? bias, int mode, int axis, float eps,"
+        " int flags=0) -> (Tensor y, Tensor sum, Tensor mean, Tensor rstd)");
+  m.def("add_norm(Tensor x, Tensor residual, Tensor? weight, Tensor? bias, int mode, int axis, float eps,"
+        " int flags=0) -> (Tensor y, Tensor sum)");
   m.def("norm(Tensor x, Tensor? weight, Tensor? bias, int mode, int axis, float eps, int flags=0) -> Tensor");
   m.def("norm_quant(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, Tensor? scale, int mode, int axis,"
         " float eps, ScalarType dtype, bool want_amax) -> (Tensor y, Tensor scales, Tensor sum, Tensor amax)");
@@ -1344,6 +1493,8 @@ TORCH_LIBRARY_IMPL(fusednorm, CUDA, m) {
   m.impl("norm_fwd", norm_fwd);
   m.impl("norm_bwd", norm_bwd);
   m.impl("norm", call_norm_fwd_y);
+  m.impl("add_norm_fwd", add_norm_fwd);
+  m.impl("add_norm", call_add_norm);
   m.impl("norm_quant", norm_quant);
   m.impl("bn_fwd_train", bn_fwd_train);
   m.impl("bn_fwd_infer", bn_fwd_infer);
@@ -1356,6 +1507,7 @@ TORCH_LIBRARY_IMPL(fusednorm, CUDA, m) {
 
 TORCH_LIBRARY_IMPL(fusednorm, Autograd, m) {
   m.impl("norm", norm_autograd);
+  m.impl("add_norm", add_norm_autograd);
   m.impl("batch_norm", batch_norm_autograd);
   m.impl("linear", linear_autograd);
 }
