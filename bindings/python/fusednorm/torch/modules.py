@@ -42,7 +42,8 @@ from torch.nn import init
 
 from . import _ops
 
-__all__ = ["LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear"]
+__all__ = ["LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm", "add_layer_norm", "add_rms_norm", "BatchNorm1d",
+           "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _F32 = torch.float32
@@ -54,6 +55,7 @@ if _ON:
 
 _LAYERNORM, _RMSNORM = 0, 1
 _ZERO_CENTERED = 1  # fnorm_norm_flag_t FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
+_ROUND_XHAT = 2  # FNORM_NORM_FLAG_ROUND_XHAT: x_hat rounded to x's dtype before the scale (Llama's order)
 # RMSNorm's eps=None, torch's rule (ATen's rms_norm and its decomposition): the
 # machine epsilon of the type it computes in, float32 for every dtype the
 # library takes (torch's documentation says x's dtype; the code is what runs).
@@ -134,6 +136,31 @@ class _Relayout(torch.autograd.Function):
 
 # ---- LayerNorm / RMSNorm ------------------------------------------------------
 
+def _norm_flags(zero_centered, round_xhat) -> int:
+    return (_ZERO_CENTERED if zero_centered else 0) | (_ROUND_XHAT if round_xhat else 0)
+
+
+def _torch_norm(x, mode, shape, w, b, eps, flags):
+    """torch's operators computing what the library computes for these flags
+    (the fallback): fp32 math, x_hat rounded to x's dtype first with
+    ROUND_XHAT, the output in x's dtype."""
+    if not flags & _ROUND_XHAT:
+        if flags & _ZERO_CENTERED and w is not None:
+            w = w + 1
+        if mode == _LAYERNORM:
+            return F.layer_norm(x, shape, w, b, eps)
+        return F.rms_norm(x, shape, w, eps if eps is not None else _RMS_EPS)
+    xf = x.float()
+    xh = F.layer_norm(xf, shape, None, None, eps) if mode == _LAYERNORM else \
+        F.rms_norm(xf, shape, None, eps if eps is not None else _RMS_EPS)
+    y = xh.to(x.dtype).float()
+    if w is not None:
+        y = y * (w.float() + 1 if flags & _ZERO_CENTERED else w.float())
+    if b is not None:
+        y = y + b.float()
+    return y.to(x.dtype)
+
+
 class _NormMixin:
     _mode = _LAYERNORM
 
@@ -142,9 +169,14 @@ class _NormMixin:
             with torch.no_grad():
                 self.weight.zero_()
 
+    def _flags(self) -> int:
+        d = self.__dict__
+        return (_ZERO_CENTERED if d.get("zero_centered") else 0) | (_ROUND_XHAT if d.get("round_xhat") else 0)
+
     def extra_repr(self):
         s = super().extra_repr()
-        return s + (", zero_centered=True" if getattr(self, "zero_centered", False) else "")
+        s += ", zero_centered=True" if getattr(self, "zero_centered", False) else ""
+        return s + (", round_xhat=True" if getattr(self, "round_xhat", False) else "")
 
     def _python_forward(self, input):
         if isinstance(input, _Proxy):
@@ -154,14 +186,13 @@ class _NormMixin:
         ln = self._mode == _LAYERNORM
         w = self.weight
         b = self.bias if ln else None
-        zc = getattr(self, "zero_centered", False) and w is not None
+        flags = self._flags()
         if _ON and not _torch_only() and not _dual_level() and isinstance(input, Tensor) and input.is_cuda \
                 and input.dtype in _FLOATS \
                 and input.numel() > 0 and _params_ok(w, b, input) \
                 and tuple(input.shape[input.dim() - len(self.normalized_shape):]) == tuple(self.normalized_shape):
             axis = input.dim() - len(self.normalized_shape)
             eps = self.eps if self.eps is not None else _RMS_EPS
-            flags = _ZERO_CENTERED if zc else 0
             fmt = None if ln else _channels_last_format(input)
             if fmt is not None:  # torch's rms_norm keeps a channels-last layout (input and gradient)
                 x = _Relayout.apply(input, torch.contiguous_format, fmt)
@@ -169,25 +200,24 @@ class _NormMixin:
                 return _Relayout.apply(y, fmt, torch.contiguous_format)
             x = _rowwise(input, axis)
             return torch.ops.fusednorm.norm(x, w, b, self._mode, axis, eps, flags)
-        if zc:
-            w = w + 1
-        if ln:
-            return F.layer_norm(input, self.normalized_shape, w, b, self.eps)
-        return F.rms_norm(input, self.normalized_shape, w, self.eps)
+        return _torch_norm(input, self._mode, self.normalized_shape, w, b, self.eps, flags)
 
 
 class LayerNorm(_NormMixin, nn.LayerNorm):
     """torch.nn.LayerNorm on libfusednorm's kernels (fp32/fp16/bf16 CUDA
     input; weight and bias in the input's dtype or float32).
     zero_centered=True: the scale applied is (1 + weight), weight initialised
-    to 0 (the library's ZERO_CENTERED_GAMMA flag)."""
+    to 0 (the library's ZERO_CENTERED_GAMMA flag). round_xhat=True: the
+    normalized value is rounded to the input's dtype before the scale (the
+    library's ROUND_XHAT flag: Hugging Face Llama's order)."""
 
     _mode = _LAYERNORM
 
     def __init__(self, normalized_shape: Union[int, list, torch.Size], eps: float = 1e-5,
                  elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None, *,
-                 zero_centered: bool = False) -> None:
+                 zero_centered: bool = False, round_xhat: bool = False) -> None:
         self.zero_centered = bool(zero_centered)
+        self.round_xhat = bool(round_xhat)
         super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
 
     def reset_parameters(self) -> None:
@@ -199,7 +229,7 @@ class LayerNorm(_NormMixin, nn.LayerNorm):
             p = self._parameters
             try:
                 y = _ext_norm(input, p["weight"], p["bias"], self.normalized_shape, self.eps, _LAYERNORM,
-                              self.zero_centered)
+                              self._flags())
             except KeyError:  # a parametrization replaced the parameter
                 y = None
             if y is not None:
@@ -212,13 +242,19 @@ class RMSNorm(_NormMixin, nn.RMSNorm):
     torch.finfo(torch.float32).eps for float32, float16 and bfloat16 input,
     as torch's (the epsilon of the float32 it computes in, not of x's dtype).
     zero_centered=True: the scale applied is (1 + weight), weight initialised
-    to 0 (Gemma's RMSNorm, Liger-Kernel's offset=1.0 with zeros init)."""
+    to 0 (Gemma's RMSNorm, Liger-Kernel's offset=1.0 with zeros init).
+    round_xhat=True: x * rrms is rounded to the input's dtype before the scale,
+    as Hugging Face's LlamaRMSNorm does (`weight * x_hat.to(input_dtype)`;
+    Liger-Kernel's casting_mode="llama"); the product is then rounded once to
+    the input's dtype."""
 
     _mode = _RMSNORM
 
     def __init__(self, normalized_shape: Union[int, list, torch.Size], eps: Optional[float] = None,
-                 elementwise_affine: bool = True, device=None, dtype=None, *, zero_centered: bool = False) -> None:
+                 elementwise_affine: bool = True, device=None, dtype=None, *, zero_centered: bool = False,
+                 round_xhat: bool = False) -> None:
         self.zero_centered = bool(zero_centered)
+        self.round_xhat = bool(round_xhat)
         super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
 
     def reset_parameters(self) -> None:
@@ -229,12 +265,72 @@ class RMSNorm(_NormMixin, nn.RMSNorm):
         if _ON and not _compiling():
             try:
                 y = _ext_norm(x, self._parameters["weight"], None, self.normalized_shape, self.eps, _RMSNORM,
-                              self.zero_centered)
+                              self._flags())
             except KeyError:  # a parametrization replaced the parameter
                 y = None
             if y is not None:
                 return y
         return self._python_forward(x)
+
+
+# ---- Add & norm -------------------------------------------------------------------
+
+def _add_norm(x, residual, mode, shape, w, b, eps, flags):
+    """(y, s) with s = x + residual (x's dtype) and y = norm(s): one pass of
+    the library forward and backward (the backward adds the gradient that
+    reached s), torch's operators where the library does not take the case."""
+    shape = tuple(shape)
+    nd = len(shape)
+    if _ON and not _torch_only() and not _dual_level() and isinstance(x, Tensor) and x.is_cuda \
+            and x.dtype in _FLOATS and isinstance(residual, Tensor) and residual.dtype is x.dtype \
+            and residual.shape == x.shape and x.numel() > 0 and 0 < nd <= x.dim() and _params_ok(w, b, x) \
+            and tuple(x.shape[x.dim() - nd:]) == shape:
+        e = eps if eps is not None else _RMS_EPS
+        return torch.ops.fusednorm.add_norm(x, residual, w, b, mode, x.dim() - nd, e, flags)
+    s = x + residual
+    return _torch_norm(s, mode, shape, w, b, eps, flags), s
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape, weight: Optional[Tensor] = None,
+                 eps: Optional[float] = None, *, zero_centered: bool = False, round_xhat: bool = False):
+    """(y, s): s = x + residual rounded to x's dtype (the residual stream of a
+    pre-norm transformer), y = rms_norm(s) over normalized_shape, in one pass
+    forward and backward. Both are differentiable; s is what the next
+    residual add takes. eps=None: float32's machine epsilon (torch's rule);
+    zero_centered / round_xhat as RMSNorm's."""
+    return _add_norm(x, residual, _RMSNORM, _shape(normalized_shape), weight, None, eps,
+                     _norm_flags(zero_centered, round_xhat))
+
+
+def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape, weight: Optional[Tensor] = None,
+                   bias: Optional[Tensor] = None, eps: float = 1e-5, *, zero_centered: bool = False,
+                   round_xhat: bool = False):
+    """(y, s): s = x + residual rounded to x's dtype, y = layer_norm(s), in
+    one pass forward and backward (as add_rms_norm). Runs in the inputs'
+    dtype (no autocast cast)."""
+    return _add_norm(x, residual, _LAYERNORM, _shape(normalized_shape), weight, bias, eps,
+                     _norm_flags(zero_centered, round_xhat))
+
+
+def _shape(normalized_shape):
+    return (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+
+
+class AddLayerNorm(LayerNorm):
+    """LayerNorm whose forward(x, residual) returns (layer_norm(x + residual),
+    x + residual) in one pass (add_layer_norm with the module's parameters)."""
+
+    def forward(self, x: Tensor, residual: Tensor):  # type: ignore[override]
+        return _add_norm(x, residual, _LAYERNORM, self.normalized_shape, self.weight, self.bias, self.eps,
+                         self._flags())
+
+
+class AddRMSNorm(RMSNorm):
+    """RMSNorm whose forward(x, residual) returns (rms_norm(x + residual),
+    x + residual) in one pass (add_rms_norm with the module's parameters)."""
+
+    def forward(self, x: Tensor, residual: Tensor):  # type: ignore[override]
+        return _add_norm(x, residual, _RMSNORM, self.normalized_shape, self.weight, None, self.eps, self._flags())
 
 
 # ---- BatchNorm ------------------------------------------------------------------
