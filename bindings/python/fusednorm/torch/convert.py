@@ -3,28 +3,44 @@
 
 Swapping changes each module's class in place (its parameters and buffers,
 hence optimizer state and state_dict, stay the very same tensors): the
-torch.nn classes replaced are LayerNorm, RMSNorm, BatchNorm1d/2d/3d,
-SyncBatchNorm and Linear (exact classes only: a user's subclass is left
-alone).
+torch.nn classes replaced are LayerNorm, RMSNorm, BatchNorm1d/2d/3d and
+SyncBatchNorm (exact classes only: a user's subclass is left alone), and the
+norms of Hugging Face transformers models (LlamaRMSNorm, GemmaRMSNorm, ...:
+see hf.py), each in its family's rounding order and checked against its own
+forward before it is kept.
 
-fuse=True also rewrites, with torch.fx, BN -> ReLU into BN with the ReLU
-epilogue, BN -> (+ residual) -> ReLU into BN+Add+ReLU, and Linear (with a
-bias) -> ReLU / GELU(approximate="tanh") into the Linear's epilogue, where
-the module is called once and its output (and the sum's) feeds only the
-activation;
-the ReLU may be nn.ReLU, F.relu, torch.relu or Tensor.relu (in place or
-not), the add `a + b`, `a += b` or torch.add without alpha. The model must
-be symbolically traceable; the result is a torch.fx.GraphModule sharing the
-model's modules.
+nn.Linear is swapped only where an epilogue fuses into it (fuse=True, a
+Linear with a bias followed by ReLU / GELU(tanh)): a plain Linear runs the
+same cuBLASLt matrix product in torch as in the library, so swapping it buys
+nothing (`swap(model)` still swaps every exact class, Linear included).
+
+fuse=True also
+- fuses the residual adds of Hugging Face decoder layers (Llama, Mistral,
+  Qwen2/3, Phi3, Gemma 1/2/3) with the norms that read them (hf.py);
+- rewrites, with torch.fx, BN -> ReLU into BN with the ReLU epilogue,
+  BN -> (+ residual) -> ReLU into BN+Add+ReLU, and Linear (with a bias) ->
+  ReLU / GELU(approximate="tanh") into the Linear's epilogue, where the
+  module is called once and its output (and the sum's) feeds only the
+  activation; the ReLU may be nn.ReLU, F.relu, torch.relu or Tensor.relu (in
+  place or not), the add `a + b`, `a += b` or torch.add without alpha. The
+  result is a torch.fx.GraphModule sharing the model's modules. A model FX
+  cannot trace symbolically (transformers' models) is returned as it is, its
+  epilogues unfused, and the report says why.
+
+What convert did is in the returned model's `fusednorm_report`
+(hf.ConvertReport: swapped, fused, left with the reason), logged at INFO on
+the "fusednorm.torch" logger.
 """
 from __future__ import annotations
 
+import logging
 import operator
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from . import hf
 from . import modules as M
 
 _SWAPS = {
@@ -37,6 +53,7 @@ _SWAPS = {
     nn.Linear: M.Linear,
 }
 _OURS = tuple(set(_SWAPS.values()))
+log = logging.getLogger("fusednorm.torch")
 _BN = (M.BatchNorm1d, M.BatchNorm2d, M.BatchNorm3d, M.SyncBatchNorm)
 
 
@@ -52,6 +69,7 @@ def swap(model: nn.Module, linear: bool = True) -> nn.Module:
             mod.activation = None
         else:
             mod.zero_centered = False
+            mod.round_xhat = False
     return model
 
 
@@ -92,8 +110,9 @@ def _only_user(node):
     return users[0] if len(users) == 1 else None
 
 
-def fuse(model: nn.Module) -> fx.GraphModule:
-    """The epilogue rewrite of a swapped model (see the module's text)."""
+def fuse(model: nn.Module, linear: bool = True) -> fx.GraphModule:
+    """The epilogue rewrite of a swapped model (see the module's text).
+    linear=False: no nn.Linear is swapped for an epilogue."""
     gm = fx.GraphModule(model, _Tracer().trace(model), model.__class__.__name__)
     calls = {}
     for n in gm.graph.nodes:
@@ -107,9 +126,10 @@ def fuse(model: nn.Module) -> fx.GraphModule:
         user = _only_user(n)
         if user is None:
             continue
-        if isinstance(bn, M.Linear) and bn.activation is None and bn.bias is not None:
+        if type(bn) in (nn.Linear, M.Linear) and getattr(bn, "activation", None) is None and bn.bias is not None:
             act = "relu" if _is_relu(user, gm) else ("gelu_tanh" if _gelu_tanh(user, gm) else None)
-            if act:
+            if act and (type(bn) is M.Linear or linear):
+                bn.__class__ = M.Linear
                 bn.activation = act
                 user.replace_all_uses_with(n)
                 gm.graph.erase_node(user)
@@ -147,9 +167,39 @@ def fuse(model: nn.Module) -> fx.GraphModule:
 
 def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
     """Swap libfusednorm's modules into `model` in place and return it; with
-    fuse=True return the fx.GraphModule with the fused epilogues. linear=False
-    keeps torch's nn.Linear (normalization layers only)."""
-    swap(model, linear)
-    if not fuse:
-        return model
-    return globals()["fuse"](model)
+    fuse=True return the fx.GraphModule with the fused epilogues (the model
+    itself where FX cannot trace it). linear=False keeps every nn.Linear
+    torch's. The returned model's `fusednorm_report` says what was swapped,
+    fused and left."""
+    report = hf.ConvertReport()
+    before = {n: type(m) for n, m in model.named_modules()}
+    swap(model, linear=False)
+    for n, m in model.named_modules():
+        if type(m) is not before[n]:
+            report.swapped.append((n, before[n].__name__, f"fusednorm.torch.{type(m).__name__}"))
+    hf.swap_norms(model, report)
+    out = model
+    if fuse:
+        hf.fuse_layers(model, report)
+        # The FX rewrite only where it has something to fuse (a traced copy of
+        # a model with nothing to fuse would only add a GraphModule layer).
+        if any(isinstance(m, _BN) or (type(m) in (nn.Linear, M.Linear) and m.bias is not None)
+               for m in model.modules()):
+            try:
+                out = globals()["fuse"](model, linear)
+            except Exception as e:  # noqa: BLE001 - FX cannot trace it: the model as it is, and why
+                msg = str(e).splitlines()[0][:160] if str(e) else ""
+                report.notes.append(f"epilogue rewrite not done: torch.fx cannot trace {type(model).__name__} "
+                                    f"({type(e).__name__}: {msg})")
+            else:
+                if out.fused_epilogues:
+                    report.fused.append(("", f"{out.fused_epilogues} epilogues (BN+ReLU, BN+Add+ReLU, Linear+act)"))
+        if out is model:
+            object.__setattr__(model, "fused_epilogues", 0)
+    plain = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    if plain:
+        report.notes.append(f"{len(plain)} nn.Linear left as torch's (no epilogue fuses into them; the matrix "
+                            f"product would be the same cuBLASLt call)")
+    object.__setattr__(out, "fusednorm_report", report)
+    log.info("%s", report)
+    return out
