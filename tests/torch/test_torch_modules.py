@@ -652,7 +652,11 @@ class Convert(unittest.TestCase):
         params = [id(p) for p in m.parameters()]
         ft.convert(m)
         self.assertEqual(params, [id(p) for p in m.parameters()])
+        # convert leaves a Linear nothing fuses into as torch's; swap() takes every exact class
+        self.assertEqual([type(c) for c in m], [nn.Linear, ft.LayerNorm, ft.RMSNorm, ft.BatchNorm1d])
+        ft.swap(m)
         self.assertEqual([type(c) for c in m], [ft.Linear, ft.LayerNorm, ft.RMSNorm, ft.BatchNorm1d])
+        self.assertEqual(params, [id(p) for p in m.parameters()])
 
 
 def _one_rank_group():
