@@ -27,7 +27,10 @@ Rows (DIR/rows_torch.json, {"rows": [...]}, merged by merge_results.py):
   gamma/beta-gradient kernels and cuDNN's BatchNorm included; gemm/conv;
   attention; optimizer; other), torch.nn against the fully converted model,
   and norm_vs_torch = ours / torch's norm-kernel time.
-Usage: bench_torch.py --out DIR [--quick] [--only host|train|llm]
+- op "hf_train_step": Hugging Face transformers models' training steps,
+  torch / convert / convert(fuse=True) / Liger-Kernel, eager and compiled
+  (bench_hf.py says how; --only hf, --hf-modes, --hf-models, --hf-tokens).
+Usage: bench_torch.py --out DIR [--quick] [--only host|train|llm|hf]
 """
 from __future__ import annotations
 
@@ -664,6 +667,20 @@ def bench_resnet50(quick: bool):
     return rows
 
 
+def write_hf_md(f, rows):
+    hf = [r for r in rows if r["op"] == "hf_train_step" and "step_ms" in r]
+    if not hf:
+        return
+    f.write("\n| HF model (tokens) | mode | fuse | ours ms | torch ms | vs torch | Liger ms | vs Liger | loss gap |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+    for r in hf:
+        lm = f"{r['liger_ms']:.2f}" if r.get("liger_ms") else "-"
+        vl = f"{r['vs_liger']:.3f}x" if r.get("vs_liger") else "-"
+        f.write(f"| {r['model']} ({r['tokens'][0]}x{r['tokens'][1]}) | {r['mode']} | {r['fuse']} | "
+                f"{r['step_ms']:.2f} | {r['torch_ms']:.2f} | {r['vs_torch']:.3f}x | {lm} | {vl} | "
+                f"{r['max_rel_loss_gap']:.1e} |\n")
+
+
 def write_md(path, rows):
     with open(path, "w") as f:
         f.write("### PyTorch drop-in (fusednorm.torch)\n\n| module | pass | ours µs | torch µs | vs torch |\n"
@@ -692,13 +709,17 @@ def write_md(path, rows):
                 nv = f"{r['norm_vs_torch']:.2f}x" if "norm_vs_torch" in r else ""
                 f.write(f"| {r['model']} | {r['variant']} | " + " | ".join(f"{u[k]:.0f}" for k in fams) +
                         f" | {nv} |\n")
+        write_hf_md(f, rows)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("host", "train", "llm"), default=None)
+    ap.add_argument("--only", choices=("host", "train", "llm", "hf"), default=None)
+    ap.add_argument("--hf-modes", default="eager,compile", help="hf rows: eager,compile")
+    ap.add_argument("--hf-models", default="", help="hf rows: substrings of the model labels (default all)")
+    ap.add_argument("--hf-tokens", default="", help="hf rows: BxS,... (default 4x1024,8x2048)")
     ap.add_argument("--skip", default="", help="train_step rows to leave out, by letter (e.g. d)")
     args = ap.parse_args()
     SKIP.update(args.skip.split(","))
@@ -708,10 +729,18 @@ def main() -> int:
         return 1
     props = torch.cuda.get_device_properties(0)
     rows, errors = [], []
+    def hf_rows(quick):
+        from bench_hf import bench_hf
+        toks = [tuple(int(v) for v in t.split("x")) for t in args.hf_tokens.split(",") if t]
+        return bench_hf(quick, tuple(m for m in args.hf_modes.split(",") if m),
+                        [m for m in args.hf_models.split(",") if m] or None, toks or None)
+
     for part, fn in (("host", bench_overhead), ("train", bench_train), ("llm", bench_llm),
-                     ("resnet50", bench_resnet50)):
+                     ("resnet50", bench_resnet50), ("hf", hf_rows)):
         if args.only and args.only != part and not (args.only == "train" and part == "resnet50"):
             continue
+        if part == "hf" and args.only != "hf":
+            continue  # minutes of model builds and compiles: only when asked for
         try:
             rows += fn(args.quick)
         except Exception as e:  # noqa: BLE001 - keep the rows measured so far
