@@ -114,13 +114,14 @@ class Host(unittest.TestCase):
         for mcls, cfg in ((T.LlamaForCausalLM, T.LlamaConfig(**small)),
                           (T.Qwen3ForCausalLM, T.Qwen3Config(**small, head_dim=16)),
                           (T.Gemma2ForCausalLM, T.Gemma2Config(**small, head_dim=16)),
-                          (T.Phi3ForCausalLM, T.Phi3Config(**small))):
+                          (T.Phi3ForCausalLM, T.Phi3Config(**small)),
+                          (T.GPT2LMHeadModel, T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100))):
             with self.subTest(model=mcls.__name__):
                 torch.manual_seed(0)
                 ref = mcls(cfg).eval()
                 model = ft.convert(copy.deepcopy(ref), fuse=True)
                 rep = model.fusednorm_report
-                norms = [n for n, m in ref.named_modules() if type(m).__name__.endswith("RMSNorm")]
+                norms = [n for n, m in ref.named_modules() if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))]
                 self.assertEqual(sorted(n for n, _, _ in rep.swapped), sorted(norms), str(rep))
                 self.assertEqual(len(rep.fused), 2 * cfg.num_hidden_layers, str(rep))
                 self.assertEqual(list(model.state_dict()), list(ref.state_dict()))

@@ -136,6 +136,18 @@ class _Relayout(torch.autograd.Function):
 
 # ---- LayerNorm / RMSNorm ------------------------------------------------------
 
+def _take_stash(module, x):
+    """The output a fused decoder layer's add & norm computed for this module
+    on this very tensor x (hf.py), or None: taken once, and only while x is
+    unmodified."""
+    st = module.__dict__.get("_fn_stash")
+    if st is None or _compiling():
+        return None
+    module.__dict__["_fn_stash"] = None
+    ref, version, y = st
+    return y if ref() is x and x._version == version else None
+
+
 def _norm_flags(zero_centered, round_xhat) -> int:
     return (_ZERO_CENTERED if zero_centered else 0) | (_ROUND_XHAT if round_xhat else 0)
 
@@ -225,6 +237,10 @@ class LayerNorm(_NormMixin, nn.LayerNorm):
         self._init_zero_centered()
 
     def forward(self, input: Tensor) -> Tensor:
+        if "_fn_stash" in self.__dict__:
+            y = _take_stash(self, input)
+            if y is not None:
+                return y
         if _ON and not _compiling():
             p = self._parameters
             try:
@@ -262,6 +278,10 @@ class RMSNorm(_NormMixin, nn.RMSNorm):
         self._init_zero_centered()
 
     def forward(self, x: Tensor) -> Tensor:
+        if "_fn_stash" in self.__dict__:
+            y = _take_stash(self, x)
+            if y is not None:
+                return y
         if _ON and not _compiling():
             try:
                 y = _ext_norm(x, self._parameters["weight"], None, self.normalized_shape, self.eps, _RMSNORM,
