@@ -32,8 +32,8 @@ backward: the sum's gradient added in). The mid-layer pair is fused in each
 layer; the layer's last add is fused with the next layer's input norm (or the
 model's final norm): the layer returns the real sum, and the norm output it
 computed is handed to the next norm, which takes it only when its input is
-that very tensor, unmodified (else it computes as usual). Under torch.compile
-only the mid-layer pair is fused. Layers are taken by class name and their
+that very tensor, unmodified (else it computes as usual); torch.compile
+traces this hand-over without a graph break. Layers are taken by class name and their
 forward's source must have the expected statements in order; anything else
 is left, with the reason in the report.
 """
@@ -43,7 +43,6 @@ import copy
 import inspect
 import logging
 import re
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -94,6 +93,8 @@ class _HFNorm:
     """Mixed in before the transformers class. Per instance: _fn_mode,
     _fn_flags, _fn_eps (the attribute holding epsilon), _fn_promote (the
     output's dtype is the promotion of the weight's and the input's)."""
+
+    _fn_stash = None
 
     def forward(self, x, *args, **kwargs):
         if args or kwargs or not isinstance(x, Tensor):
@@ -233,7 +234,6 @@ def _install(mod, mode, order, eps_attr):
     d["_fn_mode"], d["_fn_flags"], d["_fn_eps"] = mode, _ORDER_FLAGS[order], eps_attr
     d["_fn_order"] = order
     d["_fn_promote"] = order == _LLAMA
-    d["_fn_stash"] = None
 
 
 def _uninstall(mod, base):
@@ -350,10 +350,10 @@ def _hand_on(self, m, h):
     """The layer's last add, with the next norm fused in where there is one:
     the norm's output is stashed for the next norm's call on this very sum."""
     nxt = self.__dict__.get("_fn_next")
-    if nxt is None or M._compiling():
+    if nxt is None:
         return h + m
     y, s = add_norm(nxt, m, h)
-    nxt.__dict__["_fn_stash"] = (weakref.ref(s), s._version, y)
+    nxt._fn_stash = (s, y, None if M._compiling() else s._version)
     return s
 
 

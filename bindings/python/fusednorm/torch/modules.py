@@ -138,14 +138,15 @@ class _Relayout(torch.autograd.Function):
 
 def _take_stash(module, x):
     """The output a fused decoder layer's add & norm computed for this module
-    on this very tensor x (hf.py), or None: taken once, and only while x is
-    unmodified."""
-    st = module.__dict__.get("_fn_stash")
-    if st is None or _compiling():
+    on this very tensor x (hf.py), or None: taken once, and (eager) only
+    while x is unmodified. Plain attributes and an identity test, which
+    torch.compile traces without a graph break."""
+    st = module._fn_stash
+    if st is None:
         return None
-    module.__dict__["_fn_stash"] = None
-    ref, version, y = st
-    return y if ref() is x and x._version == version else None
+    module._fn_stash = None
+    s, y, version = st
+    return y if s is x and (version is None or x._version == version) else None
 
 
 def _norm_flags(zero_centered, round_xhat) -> int:
@@ -175,6 +176,7 @@ def _torch_norm(x, mode, shape, w, b, eps, flags):
 
 class _NormMixin:
     _mode = _LAYERNORM
+    _fn_stash = None  # hf.py's hand-over (see _take_stash)
 
     def _init_zero_centered(self):
         if self.elementwise_affine and self.zero_centered:
@@ -237,7 +239,7 @@ class LayerNorm(_NormMixin, nn.LayerNorm):
         self._init_zero_centered()
 
     def forward(self, input: Tensor) -> Tensor:
-        if "_fn_stash" in self.__dict__:
+        if self._fn_stash is not None:
             y = _take_stash(self, input)
             if y is not None:
                 return y
@@ -278,7 +280,7 @@ class RMSNorm(_NormMixin, nn.RMSNorm):
         self._init_zero_centered()
 
     def forward(self, x: Tensor) -> Tensor:
-        if "_fn_stash" in self.__dict__:
+        if self._fn_stash is not None:
             y = _take_stash(self, x)
             if y is not None:
                 return y
