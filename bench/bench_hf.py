@@ -4,7 +4,8 @@
 (bench_torch.py --only hf; issue 36).
 
 Each model is built from its family's config (4 layers, GPT-2 6, the widths
-below, vocab 32000, random weights, bf16), trained with AdamW (fused) on
+below, vocab 32000, random weights, bf16, dropout 0 so that the losses of
+the variants are comparable), trained with AdamW (fused) on
 random tokens with the model's own loss (labels = input ids). Variants, all
 from the same weights: torch (the model as built), ours (convert(model)),
 ours_fuse (convert(model, fuse=True)), liger (Liger-Kernel's
@@ -60,7 +61,8 @@ def configs():
          dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=4, num_attention_heads=8,
               num_key_value_heads=4, head_dim=256, **common), 2304, 4),
         ("GPT-2 d1024", "gpt2", "GPT2LMHeadModel", "GPT2Config",
-         dict(n_embd=1024, n_layer=6, n_head=16, n_positions=4096, vocab_size=VOCAB), 1024, 6),
+         dict(n_embd=1024, n_layer=6, n_head=16, n_positions=4096, vocab_size=VOCAB, resid_pdrop=0.0,
+              embd_pdrop=0.0, attn_pdrop=0.0), 1024, 6),
     ]
 
 
@@ -144,7 +146,9 @@ def gap(a, b):
     return max(abs(x - y) / max(abs(y), 1e-9) for x, y in zip(a, b))
 
 
-def bench_hf(quick=False, modes=("eager", "compile"), only=None, tokens=None):
+def bench_hf(quick=False, modes=("eager", "compile"), only=None, tokens=None, profiler=None):
+    """profiler: bench_torch.profile_step, for rows "hf_train_step_profile"
+    (GPU time per step by kernel family of each variant, eager only)."""
     rows = []
     steps, warmup, rounds = (4, 2, 2) if quick else (8, 3, 4)
     token_sets = tokens or ([(4, 1024), (8, 2048)] if not quick else [(4, 1024)])
@@ -188,6 +192,13 @@ def bench_hf(quick=False, modes=("eager", "compile"), only=None, tokens=None):
                                  "error": f"{type(e).__name__}: {str(e)[:300]}"})
                     print(rows[-1], flush=True)
                     continue
+                if profiler is not None and mode == "eager":
+                    for k, fnc in fns.items():
+                        fam, names = profiler(fnc, steps=2)
+                        rows.append({"op": "hf_train_step_profile", "model": label, "tokens": [batch, seq],
+                                     "variant": k, "us_per_step": fam, "step_ms": round(ms[k], 3),
+                                     "norm_kernels": names})
+                        print("profile", label, k, fam, flush=True)
                 for fuse in (False, True):
                     k = "ours_fuse" if fuse else "ours"
                     row = {"op": "hf_train_step", "model": label, "family": family, "d": d, "layers": layers,

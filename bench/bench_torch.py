@@ -720,6 +720,7 @@ def main() -> int:
     ap.add_argument("--hf-modes", default="eager,compile", help="hf rows: eager,compile")
     ap.add_argument("--hf-models", default="", help="hf rows: substrings of the model labels (default all)")
     ap.add_argument("--hf-tokens", default="", help="hf rows: BxS,... (default 4x1024,8x2048)")
+    ap.add_argument("--hf-profile", action="store_true", help="hf rows: GPU time by kernel family too")
     ap.add_argument("--skip", default="", help="train_step rows to leave out, by letter (e.g. d)")
     args = ap.parse_args()
     SKIP.update(args.skip.split(","))
@@ -733,7 +734,8 @@ def main() -> int:
         from bench_hf import bench_hf
         toks = [tuple(int(v) for v in t.split("x")) for t in args.hf_tokens.split(",") if t]
         return bench_hf(quick, tuple(m for m in args.hf_modes.split(",") if m),
-                        [m for m in args.hf_models.split(",") if m] or None, toks or None)
+                        [m for m in args.hf_models.split(",") if m] or None, toks or None,
+                        profile_step if args.hf_profile else None)
 
     for part, fn in (("host", bench_overhead), ("train", bench_train), ("llm", bench_llm),
                      ("resnet50", bench_resnet50), ("hf", hf_rows)):

@@ -69,7 +69,8 @@ def families():
         ("gemma3", T.Gemma3ForCausalLM, T.Gemma3TextConfig(**SMALL, head_dim=64), "gemma"),
         # torch.nn.LayerNorm: swapped by class; its blocks' adds fused
         ("gpt2", T.GPT2LMHeadModel, T.GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=1000,
-                                                 n_positions=512), None),
+                                                 n_positions=512, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                 attn_pdrop=0.0), None),
     ]
     return out
 
@@ -94,15 +95,14 @@ def norm_modules(model):
 
 
 def ulp_check(ours, ref, computed=None):
-    """(max difference in units of eps * |ref| of the coarser of ref's dtype
-    and `computed` (the input's), fraction of bit-identical elements);
+    """(max difference in units in the last place of the coarser of ref's
+    dtype and `computed` (the input's), fraction of bit-identical elements);
     asserts finiteness and dtype."""
     assert ours.dtype == ref.dtype, (ours.dtype, ref.dtype)
-    o, r = ours.double(), ref.double()
-    assert torch.isfinite(o).all() and torch.isfinite(r).all(), "non-finite output"
-    fi = max(torch.finfo(ref.dtype), torch.finfo(computed or ref.dtype), key=lambda f: f.eps)
-    scale = fi.eps * r.abs().clamp_min(fi.tiny)
-    return float(((o - r).abs() / scale).max()), float((o == r).double().mean())
+    assert torch.isfinite(ours).all() and torch.isfinite(ref).all(), "non-finite output"
+    computed = computed or ref.dtype
+    coarse = computed if hf._MANT[computed][0] < hf._MANT[ref.dtype][0] else ref.dtype
+    return float(hf.ulps(ours, ref, coarse).max()), float((ours == ref).double().mean())
 
 
 class Families(unittest.TestCase):
@@ -157,19 +157,24 @@ class Families(unittest.TestCase):
                 ulps, exact = ulp_check(o, r, xdt)
                 print(f"  {name} {type(orig).__name__}[{cols}] w {wdt} x {xdt}: {exact:.5%} bit-identical, "
                       f"max {ulps:.2f} eps*|ref|")
-                self.assertLessEqual(ulps, 1.0, f"{name} {wdt}/{xdt}: more than one rounding")
+                # float32 on both sides: a few units (the sums of squares in another order)
+                # Llama's order rounds twice (x_hat, then the product): a unit of x_hat
+                # moves the product by up to two of its own
+                bound = 16.0 if (wdt, xdt) == (torch.float32, torch.float32) else (2.0 if order == "llama" else 1.0)
+                self.assertLessEqual(ulps, bound, f"{name} {wdt}/{xdt}: more than one rounding")
                 if wdt is torch.bfloat16:
                     self.assertGreater(exact, 0.999, f"{name}: bf16 outputs not (nearly) bit-identical")
 
         # whole model: logits, unfused and fused
         ids = torch.randint(3, SMALL["vocab_size"], (2, 64), device=DEV, generator=torch.Generator(DEV).manual_seed(1))
+        ref.eval(), model.eval()
         with torch.no_grad():
             lr = ref(input_ids=ids, use_cache=False).logits.float()
             lo = model(input_ids=ids, use_cache=False).logits.float()
         err = float((lo - lr).abs().max() / lr.abs().max())
         print(f"  {name} logits: converted vs original, max rel {err:.2e}")
         self.assertLess(err, 5e-2)
-        fused = ft.convert(copy.deepcopy(model), fuse=True)
+        fused = ft.convert(copy.deepcopy(model), fuse=True).eval()
         frep = fused.fusednorm_report
         self.assertEqual(len(frep.fused), 2 * cfg.num_hidden_layers, str(frep))  # mid add, last add
         with torch.no_grad():
@@ -178,6 +183,7 @@ class Families(unittest.TestCase):
                                              f"(max {float((lf - lo).abs().max()):.3e})")
 
         # training: 20 AdamW steps from the same weights
+        ref.train(), fused.train()
         gaps = train_gap(ref, fused)
         print(f"  {name} 20 AdamW steps: max rel loss gap {max(gaps):.2e}")
         self.assertLess(max(gaps), 2e-2)
@@ -297,7 +303,7 @@ class AddNorm(unittest.TestCase):
             ours = m(x)
         ulps, exact = ulp_check(ours, ref)
         print(f"RMSNorm(round_xhat=True) vs Llama's formula: {exact:.5%} bit-identical, max {ulps:.2f}")
-        self.assertLessEqual(ulps, 1.0)
+        self.assertLessEqual(ulps, 2.0)  # two roundings (x_hat, then the product)
         self.assertGreater(exact, 0.999)
         plain = ft.RMSNorm(2048, eps=1e-6).to(DEV, torch.bfloat16)
         plain.load_state_dict(m.state_dict())

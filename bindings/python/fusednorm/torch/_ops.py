@@ -60,9 +60,17 @@ def _import_extension():
     return module
 
 
+_ENTRY_POINTS = ("norm", "add_norm", "bn", "linear")  # csrc/ops.cpp's PYBIND11_MODULE
+
+
 def _load_extension() -> None:
     global ext
-    ext = _import_extension()
+    module = _import_extension()
+    missing = [n for n in _ENTRY_POINTS if not hasattr(module, n)]
+    if missing:
+        raise ImportError(f"{module.__file__} lacks {', '.join(missing)}: it was built from an older fusednorm; "
+                          "rebuild with `python -m fusednorm.torch.build`")
+    ext = module
     names = torch.ops.fusednorm._abi_names()
     torch.ops.fusednorm._bind_abi([ctypes.cast(getattr(_core.lib, n), ctypes.c_void_p).value for n in names])
 

@@ -32,10 +32,16 @@ backward: the sum's gradient added in). The mid-layer pair is fused in each
 layer; the layer's last add is fused with the next layer's input norm (or the
 model's final norm): the layer returns the real sum, and the norm output it
 computed is handed to the next norm, which takes it only when its input is
-that very tensor, unmodified (else it computes as usual); torch.compile
-traces this hand-over without a graph break. Layers are taken by class name and their
+that very tensor, unmodified (else it computes as usual). Layers are taken by class name and their
 forward's source must have the expected statements in order; anything else
 is left, with the reason in the report.
+
+Under torch.compile the swapped norms and fused layers run transformers' own
+code: Inductor fuses each norm with the add before it and the casts around
+it into one kernel, forward and backward, and compiled steps with the
+library's ops in the graph measured 0.98-0.99x the compiled original
+(H100, Llama d2048 / GPT-2, 4 x 1024 tokens): the rule is Inductor's
+kernels under torch.compile, the library's in eager mode.
 """
 from __future__ import annotations
 
@@ -97,7 +103,10 @@ class _HFNorm:
     _fn_stash = None
 
     def forward(self, x, *args, **kwargs):
-        if args or kwargs or not isinstance(x, Tensor):
+        if args or kwargs or not isinstance(x, Tensor) or M._compiling():
+            # under torch.compile, transformers' own code: Inductor fuses the
+            # norm with its neighbours, and the compiled steps measured no
+            # faster with the library's op in the graph (README, "torch.compile")
             return super().forward(x, *args, **kwargs)
         y = M._take_stash(self, x)  # the previous layer's add & norm computed it already
         if y is not None:
@@ -176,8 +185,11 @@ def add_norm(norm: nn.Module, x: Tensor, residual: Tensor):
         if w is not None and w.dim() == 1 and x.dim() > 0 and x.shape[-1] == w.shape[0] \
                 and (b is None or b.shape == w.shape) and _lib_takes(x, w, b):
             eps = float(getattr(norm, d["_fn_eps"]))
-            y, s = torch.ops.fusednorm.add_norm(x, residual, w, b, d["_fn_mode"], x.dim() - 1, eps, d["_fn_flags"])
-            return _finish(norm, y, x), s
+            r = M._ext_add_norm(x, residual, w, b, eps, d["_fn_mode"], d["_fn_flags"]) \
+                if not M._compiling() else None
+            if r is None:
+                r = torch.ops.fusednorm.add_norm(x, residual, w, b, d["_fn_mode"], x.dim() - 1, eps, d["_fn_flags"])
+            return _finish(norm, r[0], x), r[1]
     elif isinstance(norm, (M.RMSNorm, M.LayerNorm)) and type(norm) in (M.RMSNorm, M.LayerNorm):
         ln = isinstance(norm, M.LayerNorm)
         return M._add_norm(x, residual, M._LAYERNORM if ln else M._RMSNORM, norm.normalized_shape, norm.weight,
@@ -242,19 +254,34 @@ def _uninstall(mod, base):
         mod.__dict__.pop(k, None)
 
 
-def _one_rounding(ours: Tensor, ref: Tensor, computed: torch.dtype):
+_MANT = {torch.float32: (23, -126), torch.float16: (10, -14), torch.bfloat16: (7, -126)}
+
+
+def ulps(ours: Tensor, ref: Tensor, dtype: torch.dtype) -> Tensor:
+    """|ours - ref| in units in the last place of ref in `dtype` (subnormals
+    included); both as float64."""
+    mant, emin = _MANT[dtype]
+    o, r = ours.double(), ref.double()
+    e = torch.floor(torch.log2(r.abs().clamp_min(2.0 ** (emin - mant)))).clamp_min(emin)
+    return (o - r).abs() / torch.exp2(e - mant)
+
+
+def _one_rounding(ours: Tensor, ref: Tensor, computed: torch.dtype, roundings: int = 1):
     """(ok, exact fraction): ours within one rounding of ref, element by
-    element, the rounding of ref's dtype or of the dtype ours was computed in
-    (the input's), whichever is coarser; NaN never passes."""
+    element: one unit in the last place of ref's dtype or of the dtype ours
+    was computed in (the input's), whichever is coarser, for each rounding
+    the order makes (Llama's two: x_hat, then the product; a unit of x_hat
+    is up to two of the product). Float32 on both sides: 16 units (the two
+    sums of squares are added in different orders, which moves float32
+    results by a few units); NaN never passes."""
     if ours.dtype is not ref.dtype or ours.shape != ref.shape:
         return False, 0.0
-    o, r = ours.double(), ref.double()
-    if not (torch.isfinite(o).all() and torch.isfinite(r).all()):
+    if not (torch.isfinite(ours).all() and torch.isfinite(ref).all()):
         return False, 0.0
-    fi = max(torch.finfo(ref.dtype), torch.finfo(computed), key=lambda f: f.eps)
-    ulp = fi.eps * r.abs().clamp_min(fi.tiny)
-    ok = bool(((o - r).abs() <= ulp).all())
-    return ok, float((o == r).double().mean())
+    coarse = computed if _MANT[computed][0] < _MANT[ref.dtype][0] else ref.dtype
+    bound = 16.0 if coarse is torch.float32 else float(roundings)
+    ok = bool((ulps(ours, ref, coarse) <= bound).all())
+    return ok, float((ours == ref).double().mean())
 
 
 def _probe_dtypes(wdtype):
@@ -287,7 +314,7 @@ def _check(mod, mode, order, eps_attr, device):
                 return False, 0.0, f"{dt}: {type(e).__name__}: {str(e)[:200]}"
             finally:
                 _uninstall(probe, base)
-            ok, exact = _one_rounding(ours, ref, dt)
+            ok, exact = _one_rounding(ours, ref, dt, 2 if order == _LLAMA else 1)
             if not ok:
                 return False, exact, f"{dt}: differs by more than one rounding"
             results.append(exact)
@@ -362,6 +389,8 @@ class _PreLayer:
     add with the next input norm."""
 
     def forward(self, hidden_states, *args, **kwargs):
+        if M._compiling():  # Inductor fuses the adds and norms itself (see _HFNorm.forward)
+            return super().forward(hidden_states, *args, **kwargs)
         kw = _attn_kwargs(self.__dict__["_fn_args"], args, kwargs)
         residual = hidden_states
         a, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kw)
@@ -380,6 +409,8 @@ class _SandwichLayer:
     add with the next input norm."""
 
     def forward(self, hidden_states, *args, **kwargs):
+        if M._compiling():
+            return super().forward(hidden_states, *args, **kwargs)
         kw = _attn_kwargs(self.__dict__["_fn_args"], args, kwargs)
         residual = hidden_states
         a, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kw)
@@ -396,7 +427,7 @@ class _GPT2Block:
 
     def forward(self, hidden_states, *args, **kwargs):
         kw = _attn_kwargs(self.__dict__["_fn_args"], args, kwargs)
-        if kw.get("encoder_hidden_states") is not None:
+        if kw.get("encoder_hidden_states") is not None or M._compiling():
             return super().forward(hidden_states, *args, **kwargs)
         kw.pop("encoder_hidden_states", None)
         kw.pop("encoder_attention_mask", None)

@@ -52,6 +52,7 @@ _Proxy = torch.fx.Proxy
 _compiling = torch.compiler.is_compiling
 if _ON:
     _ext_norm, _ext_bn, _ext_linear = _ops.ext.norm, _ops.ext.bn, _ops.ext.linear
+    _ext_add_norm = _ops.ext.add_norm
 
 _LAYERNORM, _RMSNORM = 0, 1
 _ZERO_CENTERED = 1  # fnorm_norm_flag_t FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
@@ -162,10 +163,9 @@ def _torch_norm(x, mode, shape, w, b, eps, flags):
             w = w + 1
         if mode == _LAYERNORM:
             return F.layer_norm(x, shape, w, b, eps)
-        return F.rms_norm(x, shape, w, eps if eps is not None else _RMS_EPS)
+        return F.rms_norm(x, shape, w, eps)  # eps None: torch's own default for x's dtype, as torch.nn
     xf = x.float()
-    xh = F.layer_norm(xf, shape, None, None, eps) if mode == _LAYERNORM else \
-        F.rms_norm(xf, shape, None, eps if eps is not None else _RMS_EPS)
+    xh = F.layer_norm(xf, shape, None, None, eps) if mode == _LAYERNORM else F.rms_norm(xf, shape, None, eps)
     y = xh.to(x.dtype).float()
     if w is not None:
         y = y * (w.float() + 1 if flags & _ZERO_CENTERED else w.float())
@@ -303,6 +303,10 @@ def _add_norm(x, residual, mode, shape, w, b, eps, flags):
     reached s), torch's operators where the library does not take the case."""
     shape = tuple(shape)
     nd = len(shape)
+    if _ON and nd == 1 and not _compiling():  # the eager entry (None: the op's path below)
+        r = _ext_add_norm(x, residual, w, b, eps if eps is not None else _RMS_EPS, mode, flags)
+        if r is not None:
+            return r
     if _ON and not _torch_only() and not _dual_level() and isinstance(x, Tensor) and x.is_cuda \
             and x.dtype in _FLOATS and isinstance(residual, Tensor) and residual.dtype is x.dtype \
             and residual.shape == x.shape and x.numel() > 0 and 0 < nd <= x.dim() and _params_ok(w, b, x) \

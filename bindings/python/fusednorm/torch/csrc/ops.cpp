@@ -954,6 +954,117 @@ std::tuple<at::Tensor, at::Tensor> add_norm_autograd(const at::Tensor &x, const 
   return {r[0], r[1]};
 }
 
+// The eager entry's add & norm node (as NormBackward): edges x, residual,
+// weight, bias; outputs y (0) and the sum (1), the sum saved as an output.
+struct AddNormBackward final : public torch::autograd::Node {
+  torch::autograd::SavedVariable sum_, mean_, rstd_, weight_, bias_;
+  int64_t mode = 0, axis = 0, flags = 0;
+  double eps = 0;
+
+  std::string name() const override { return "fusednorm::AddNormBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto *v : {&sum_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::autograd::variable_list out(4);
+    const at::Tensor s = sum_.unpack(shared_from_this()), mean = mean_.unpack(), rstd = rstd_.unpack();
+    const at::Tensor w = weight_.unpack(), b = bias_.unpack();
+    const bool need_s = task_should_compute_output(0) || task_should_compute_output(1);
+    const bool need_w = w.defined() && task_should_compute_output(2);
+    const bool need_b = b.defined() && task_should_compute_output(3);
+    const at::Tensor &dy = grads[0], &ds = grads[1];
+    if (!(need_s || need_w || need_b)) return out;
+    if (!dy.defined()) {
+      if (need_s && ds.defined()) out[0] = out[1] = ds;
+      return out;
+    }
+    if (double_backward(true, s)) {  // create_graph: a differentiable gradient
+      std::vector<std::pair<size_t, at::Tensor>> wrt;
+      wrt.emplace_back(0, s);
+      if (need_w) wrt.emplace_back(2, w);
+      if (need_b) wrt.emplace_back(3, b);
+      auto g = grads_with_graph(norm_reference(s, w, b, mode, axis, eps, flags), dy, wrt, 4);
+      if (need_s) out[0] = out[1] = ds.defined() ? g[0] + ds : g[0];
+      if (need_w) out[2] = g[2];
+      if (need_b) out[3] = g[3];
+      return out;
+    }
+    c10::optional<at::Tensor> wo, bo, dso;
+    if (w.defined()) wo = w;
+    if (b.defined()) bo = b;
+    if (ds.defined()) dso = ds;
+    at::Tensor dx, dgamma, dbeta;
+    std::tie(dx, dgamma, dbeta) = norm_bwd_impl(dy, s, mean, rstd, wo, bo, mode, axis, need_w, need_b, flags, dso);
+    if (need_s) out[0] = out[1] = dx;
+    if (need_w) out[2] = std::move(dgamma);
+    if (need_b) out[3] = std::move(dbeta);
+    return out;
+  }
+};
+
+// The modules' eager add & norm: add_norm(x, residual, weight, bias, eps,
+// mode, flags) over the last dimension -> (y, sum), or None where the Python
+// path (the registered op, or torch's operators) must run: inputs that are
+// not plain packed CUDA tensors of one dtype and shape, parameters that are
+// not packed vectors of x's last size, LayerNorm under autocast, dual tensors,
+// a dispatch mode or transform.
+py::object add_norm_eager(py::handle xo, py::handle ro, py::handle wo, py::handle bo, double eps, int64_t mode,
+                          int64_t flags) {
+  if (!THPVariable_CheckExact(xo.ptr()) || !THPVariable_CheckExact(ro.ptr())) return py::none();
+  const at::Tensor &x = THPVariable_Unpack(xo.ptr());
+  const at::Tensor &r = THPVariable_Unpack(ro.ptr());
+  c10::optional<at::Tensor> w, b;
+  if (!plain_cuda(x) || !plain_cuda(r) || !unpack(wo.ptr(), w) || !unpack(bo.ptr(), b) || !plain_context())
+    return py::none();
+  const int64_t dim = x.dim();
+  if (dim < 1 || dim > FNORM_MAX_RANK || x.numel() == 0 || !(eps >= 0) || !lib_dtype(x.scalar_type()) ||
+      r.scalar_type() != x.scalar_type() || r.sizes() != x.sizes() || r.device() != x.device() ||
+      !x.is_contiguous() || !r.is_contiguous())
+    return py::none();
+  if (mode == FNORM_NORM_LAYERNORM && at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) return py::none();
+  const int64_t cols = x.size(dim - 1), axis = dim - 1;
+  const c10::optional<at::Tensor> &p = w.has_value() ? w : b;
+  if (p.has_value()) {
+    auto pt = p->scalar_type();
+    if ((pt != x.scalar_type() && pt != at::kFloat) || (w.has_value() && b.has_value() && b->scalar_type() != pt))
+      return py::none();
+    for (auto *t : {&w, &b})
+      if (t->has_value() && ((*t)->device() != x.device() || (*t)->dim() != 1 || (*t)->size(0) != cols ||
+                             !(*t)->is_contiguous()))
+        return py::none();
+  }
+  if (torch::autograd::isFwGradDefined(x) || torch::autograd::isFwGradDefined(r) ||
+      torch::autograd::isFwGradDefined(w) || torch::autograd::isFwGradDefined(b))
+    return py::none();
+  RECORD_FUNCTION("fusednorm::add_norm", std::vector<c10::IValue>({x, r}));
+  at::Tensor y, sum, mean, rstd;
+  {
+    py::gil_scoped_release no_gil;
+    std::tie(y, sum, mean, rstd) = add_norm_fwd(x, r, w, b, mode, axis, eps, flags);
+    if (needs_grad({&w, &b}) || (at::GradMode::is_enabled() && (x.requires_grad() || r.requires_grad()))) {
+      auto node = std::shared_ptr<AddNormBackward>(new AddNormBackward(), torch::autograd::deleteNode);
+      node->set_next_edges(torch::autograd::collect_next_edges(x, r, w, b));
+      torch::autograd::set_history(y, node);
+      torch::autograd::set_history(sum, node);
+      node->sum_ = torch::autograd::SavedVariable(sum, true);
+      node->mean_ = torch::autograd::SavedVariable(mean, false);
+      node->rstd_ = torch::autograd::SavedVariable(rstd, false);
+      if (given(w)) node->weight_ = torch::autograd::SavedVariable(*w, false);
+      if (given(b)) node->bias_ = torch::autograd::SavedVariable(*b, false);
+      node->mode = mode;
+      node->axis = axis;
+      node->flags = flags;
+      node->eps = eps;
+    }
+  }
+  return py::make_tuple(py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y))),
+                        py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(sum))));
+}
+
 // ---- BatchNorm ------------------------------------------------------------
 // x: NCHW-packed or channels-last (the callers make it so); z, y, dy,
 // dx, dz in x's layout. Per-channel vectors fp32. momentum < 0: cumulative.
@@ -1521,6 +1632,7 @@ TORCH_LIBRARY_IMPL(fusednorm, AutocastCUDA, m) {
 // under torch.compile, FX and export the modules call torch.ops.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm", &norm_eager);
+  m.def("add_norm", &add_norm_eager);
   m.def("bn", &bn_eager);
   m.def("linear", &linear_eager);
 }
