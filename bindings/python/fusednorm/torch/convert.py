@@ -17,7 +17,9 @@ nothing (`swap(model)` still swaps every exact class, Linear included).
 fuse=True also
 - fuses the residual adds of Hugging Face decoder layers (Llama, Mistral,
   Qwen2/3, Phi3, Gemma 1/2/3) with the norms that read them (hf.py);
-- rewrites, with torch.fx, BN -> ReLU into BN with the ReLU epilogue,
+- rewrites, with torch.fx, `h = a + b` feeding a LayerNorm / RMSNorm into
+  one add & norm (pre-norm blocks written with torch.nn), BN -> ReLU into
+  BN with the ReLU epilogue,
   BN -> (+ residual) -> ReLU into BN+Add+ReLU, and Linear (with a bias) ->
   ReLU / GELU(approximate="tanh") into the Linear's epilogue, where the
   module is called once and its output (and the sum's) feeds only the
@@ -159,10 +161,45 @@ def fuse(model: nn.Module, linear: bool = True) -> fx.GraphModule:
             gm.graph.erase_node(user)
             gm.graph.erase_node(n)
             fused += 1
+    gm.fused_add_norms = _fuse_add_norms(gm)
     gm.graph.lint()
     gm.recompile()
     gm.fused_epilogues = fused
     return gm
+
+
+def _fuse_add_norms(gm) -> int:
+    """`h = a + b` feeding one of this package's LayerNorm / RMSNorm (called
+    once, h possibly used again: the residual stream of a pre-norm block)
+    becomes `y, h = hf.add_norm(norm, a, b)`: one pass forward and backward.
+    In-place adds stay (later uses of a would see another value)."""
+    calls = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            calls[n.target] = calls.get(n.target, 0) + 1
+    fused = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_module" or calls.get(n.target) != 1 or len(n.args) != 1 or n.kwargs:
+            continue
+        if type(gm.get_submodule(n.target)) not in (M.LayerNorm, M.RMSNorm):
+            continue
+        add = n.args[0]
+        if not isinstance(add, fx.Node) or not _is_add(add) or add.target in (operator.iadd, "add_"):
+            continue
+        a, b = add.args
+        if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)) or a is b:
+            continue
+        with gm.graph.inserting_before(add):
+            mod = gm.graph.get_attr(n.target)
+            pair = gm.graph.call_function(hf.add_norm, (mod, b, a))
+            y = gm.graph.call_function(operator.getitem, (pair, 0))
+            s = gm.graph.call_function(operator.getitem, (pair, 1))
+        n.replace_all_uses_with(y)
+        add.replace_all_uses_with(s)
+        gm.graph.erase_node(n)
+        gm.graph.erase_node(add)
+        fused += 1
+    return fused
 
 
 def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
@@ -183,8 +220,8 @@ def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
         hf.fuse_layers(model, report)
         # The FX rewrite only where it has something to fuse (a traced copy of
         # a model with nothing to fuse would only add a GraphModule layer).
-        if any(isinstance(m, _BN) or (type(m) in (nn.Linear, M.Linear) and m.bias is not None)
-               for m in model.modules()):
+        if any(isinstance(m, _BN) or type(m) in (M.LayerNorm, M.RMSNorm) or
+               (type(m) in (nn.Linear, M.Linear) and m.bias is not None) for m in model.modules()):
             try:
                 out = globals()["fuse"](model, linear)
             except Exception as e:  # noqa: BLE001 - FX cannot trace it: the model as it is, and why
@@ -194,8 +231,11 @@ def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
             else:
                 if out.fused_epilogues:
                     report.fused.append(("", f"{out.fused_epilogues} epilogues (BN+ReLU, BN+Add+ReLU, Linear+act)"))
+                if out.fused_add_norms:
+                    report.fused.append(("", f"{out.fused_add_norms} residual adds with the norms that read them"))
         if out is model:
             object.__setattr__(model, "fused_epilogues", 0)
+            object.__setattr__(model, "fused_add_norms", 0)
     plain = [n for n, m in model.named_modules() if type(m) is nn.Linear]
     if plain:
         report.notes.append(f"{len(plain)} nn.Linear left as torch's (no epilogue fuses into them; the matrix "
