@@ -99,6 +99,31 @@ class Host(unittest.TestCase):
         x = torch.randn(3, 16)
         self.assertTrue(torch.allclose(fm(x), ref(x), atol=1e-6))
 
+    def test_prenorm_add_norm_fx(self):
+        """A pre-norm block written with torch.nn: each `x + sublayer(...)`
+        feeding the next norm becomes one add & norm (fx), same results."""
+        class Blk(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.ln1, self.ln2 = nn.LayerNorm(d), nn.RMSNorm(d)
+                self.f1, self.f2 = nn.Linear(d, d, bias=False), nn.Linear(d, d)
+
+            def forward(self, x):
+                x = x + self.f1(self.ln1(x))
+                return x + F.gelu(self.f2(self.ln2(x)), approximate="tanh")
+
+        ref = nn.Sequential(Blk(16), Blk(16), nn.LayerNorm(16))
+        m = ft.convert(copy.deepcopy(ref), fuse=True)
+        self.assertEqual(m.fused_add_norms, 4)  # into blocks[0].ln2, blocks[1].ln1 / ln2, the final norm
+        self.assertEqual(m.fused_epilogues, 2)
+        x = torch.randn(3, 16, requires_grad=True)
+        a, b = ref(x), m(x)
+        self.assertTrue(torch.equal(a, b))
+        ga, = torch.autograd.grad(a.sum(), x)
+        gb, = torch.autograd.grad(b.sum(), x)
+        self.assertTrue(torch.allclose(ga, gb, atol=1e-6))
+        self.assertEqual(sorted(m.state_dict()), sorted(ref.state_dict()))  # (an fx trace orders them by use)
+
     def test_hf_models_on_cpu(self):
         """transformers models converted: every norm swapped (checked on a
         CUDA probe where there is a device), the report says so, and on CPU
