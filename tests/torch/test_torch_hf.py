@@ -311,6 +311,37 @@ class AddNorm(unittest.TestCase):
             self.assertFalse(torch.equal(plain(x), ours), "the flag changes no output")
 
 
+class PreNormFx(unittest.TestCase):
+    def test_torch_nn_prenorm_stack(self):
+        """x + sublayer(norm(x)) written with torch.nn, on the GPU in bf16: the
+        fused add & norm gives the unfused forward's bits; gradients within
+        bf16 rounding (the fused backward adds the residual's gradient in fp32)."""
+        class Blk(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.ln1, self.ln2 = nn.LayerNorm(d), nn.RMSNorm(d, eps=1e-6)
+                self.f1, self.f2 = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+
+            def forward(self, x):
+                x = x + self.f1(self.ln1(x))
+                return x + self.f2(self.ln2(x))
+
+        torch.manual_seed(0)
+        ref = nn.Sequential(Blk(1024), Blk(1024), nn.LayerNorm(1024)).to(DEV, torch.bfloat16)
+        plain = ft.convert(copy.deepcopy(ref))
+        fused = ft.convert(copy.deepcopy(ref), fuse=True)
+        self.assertEqual(fused.fused_add_norms, 4)
+        x = torch.randn(8, 512, 1024, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+        a, b = plain(x), fused(x)
+        self.assertTrue(torch.equal(a, b))
+        dy = torch.randn_like(a)
+        ga = torch.autograd.grad(a, [x] + list(plain.parameters()), dy)
+        gb = torch.autograd.grad(b, [x] + list(fused.parameters()), dy)
+        for p, q in zip(ga, gb):
+            self.assertTrue(torch.isfinite(q).all())
+            torch.testing.assert_close(q.float(), p.float(), rtol=3e-2, atol=3e-2 * float(p.abs().max()))
+
+
 class LinearRule(unittest.TestCase):
     def test_linear_left_or_fused(self):
         m = nn.Sequential(nn.Linear(16, 32, bias=False), nn.Linear(32, 32), nn.GELU(approximate="tanh"),
