@@ -335,8 +335,10 @@ class PreNormFx(unittest.TestCase):
         a, b = plain(x), fused(x)
         self.assertTrue(torch.equal(a, b))
         dy = torch.randn_like(a)
-        ga = torch.autograd.grad(a, [x] + list(plain.parameters()), dy)
-        gb = torch.autograd.grad(b, [x] + list(fused.parameters()), dy)
+        names = sorted(n for n, _ in plain.named_parameters())
+        pp, fp = dict(plain.named_parameters()), dict(fused.named_parameters())
+        ga = torch.autograd.grad(a, [x] + [pp[n] for n in names], dy)
+        gb = torch.autograd.grad(b, [x] + [fp[n] for n in names], dy)
         for p, q in zip(ga, gb):
             self.assertTrue(torch.isfinite(q).all())
             torch.testing.assert_close(q.float(), p.float(), rtol=3e-2, atol=3e-2 * float(p.abs().max()))
