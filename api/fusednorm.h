@@ -257,7 +257,20 @@ typedef enum fnorm_norm_flag {
   FNORM_NORM_FLAG_NONE = 0,
   /** gamma is stored zero-centred: the scale applied is (1 + gamma), as in
    *  Gemma-style models and Transformer Engine's zero_centered_gamma. */
-  FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA = 1
+  FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA = 1,
+  /** Hugging Face transformers' "Llama cast order": x_hat ((s - mean) * rstd,
+   *  or s * rrms, computed in fp32 as always) is rounded to x's dtype (to
+   *  nearest even; nothing changes for FLOAT32 data) before it is multiplied
+   *  by the scale (gamma, or 1 + gamma with ZERO_CENTERED_GAMMA: the flags
+   *  combine); then beta is added and y rounded to its dtype as without the
+   *  flag. This is LlamaRMSNorm's `weight * hidden_states.to(input_dtype)`
+   *  (Llama, Qwen2/3, Mistral, Phi3, DeepseekV3): with gamma in x's dtype,
+   *  y is bit for bit `weight * (x.float() * torch.rsqrt(x.float().pow(2)
+   *  .mean(-1, keepdim=True) + eps)).to(x.dtype)` up to the order in which
+   *  the mean square is summed. Without the flag x_hat stays fp32 and y is
+   *  rounded once (Gemma's order, and torch.nn's). In the backward, dgamma
+   *  sums dy * x_hat rounded the same way; dx keeps the fp32 formula. */
+  FNORM_NORM_FLAG_ROUND_XHAT = 2
 } fnorm_norm_flag_t;
 
 /** Create a normalization descriptor with defaults: LAYERNORM, normalizing
@@ -308,7 +321,10 @@ FNORM_API fnorm_status_t fnorm_norm_fwd_workspace_size(fnorm_handle_t handle,
  *    RMSNORM:   y = s * rrms * gamma,              rrms = 1/sqrt(mean(s^2) + eps)
  *  with s = x, or s = x + residual (rounded to x's dtype) when residual is
  *  given ("add & norm"); var is the biased variance. With the
- *  ZERO_CENTERED_GAMMA flag the scale is (1 + gamma).
+ *  ZERO_CENTERED_GAMMA flag the scale is (1 + gamma). With ROUND_XHAT the
+ *  normalized value (s - mean) * rstd (s * rrms) is rounded to x's dtype
+ *  before the scale multiplies it (fnorm_norm_flag_t); y is rounded to its
+ *  dtype last, with or without the flag.
  *
  *  x_desc, y_desc: the same sizes and dtype (fp32, fp16 or bf16). The
  *    normalized dimensions must be packed; the row dimensions may have any
@@ -384,8 +400,10 @@ FNORM_API fnorm_status_t fnorm_norm_fwd_quant_scale_size(fnorm_handle_t handle,
  *  add; sum, mean and rstd as there) writing y quantized in one pass.
  *
  *  Let v be the fp32 value fnorm_norm_fwd would round to x's dtype (the
- *  normalized value after gamma and beta), and M the format's largest
- *  magnitude: 448 (FLOAT8_E4M3), 57344 (FLOAT8_E5M2), 127 (INT8).
+ *  normalized value after gamma and beta; with the ROUND_XHAT flag the
+ *  normalized value is rounded to x's dtype before gamma, as there), and M
+ *  the format's largest magnitude: 448 (FLOAT8_E4M3), 57344 (FLOAT8_E5M2),
+ *  127 (INT8).
  *  Every operation below is fp32, rounded to nearest even.
  *
  *  Scale s (the dequantization scale: v is about code * s):
@@ -463,6 +481,10 @@ FNORM_API fnorm_status_t fnorm_norm_bwd_workspace_size(fnorm_handle_t handle,
  *    dgamma = sum over rows of dy * x_hat;  dbeta = sum over rows of dy
  *  plus dsum, the gradient that reached the forward's `sum` output from the
  *  residual path, when given. dx is then also the gradient of the residual.
+ *  With the ROUND_XHAT flag, dgamma = sum over rows of dy * round(x_hat),
+ *  x_hat rounded to x's dtype (to nearest even) as the forward multiplied
+ *  it; dx and dbeta are the formulas above, with the fp32 x_hat (the
+ *  rounding's derivative taken as 1, as autograd through `.to(dtype)` does).
  *
  *  x_desc, x: the tensor that was normalized (s: x, or the forward's sum).
  *  dy_desc, dy; dx_desc, dx: sizes and dtype of x (strides as for x).

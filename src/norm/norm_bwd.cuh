@@ -5,6 +5,8 @@
 //   dx    = rstd * (g - c1 - x_hat * c2) [+ dsum]         c1 = mean(g) (RMSNorm: 0)
 //                                                         c2 = mean(g * x_hat)
 //   dgamma = sum_rows dy * x_hat,  dbeta = sum_rows dy
+//   (FNORM_NORM_FLAG_ROUND_XHAT: dgamma sums dy * round_T(x_hat), the value
+//   the forward scaled; dx keeps the fp32 x_hat.)
 //
 // Tiers:
 //   BlockRows  rows of 16-byte packs that one group holds at one or two
@@ -51,6 +53,13 @@ namespace fnorm {
 __device__ __forceinline__ float3 dx_coefs(const NormBwdParams &p, float rstd, float c1, float c2) {
   if (!p.rms && p.cols == 1) return make_float3(0.f, 0.f, 0.f);
   return make_float3(rstd, -rstd * c2, -rstd * c1);
+}
+
+// dgamma's x_hat: what the forward multiplied by gamma, rounded to T with
+// the ROUND_XHAT flag (p.round_xhat is kernel-uniform).
+template <typename T>
+__device__ __forceinline__ float dgamma_xhat(const NormBwdParams &p, float xh) {
+  return p.round_xhat ? round_to<T>(xh) : xh;
 }
 
 template <typename T, int PACK>
@@ -192,7 +201,7 @@ __device__ __forceinline__ void norm_bwd_row_staged(const NormBwdParams &p,
       for (int i = 0; i < PACK; ++i) {
         if constexpr (!RMS) acc.x += g[i];
         acc.y += g[i] * xh[i];
-        dg[k][i] += dyv[i] * xh[i];
+        dg[k][i] += dyv[i] * dgamma_xhat<T>(p, xh[i]);
         if constexpr (!RMS) db[k][i] += dyv[i];
         if constexpr (kKeepDerived) {
           xh_keep[k][i] = xh[i];
@@ -533,7 +542,7 @@ __global__ void __launch_bounds__(bwd_rows_max_threads(NPACK * PACK), 1)
           const float g = dyv * sc[k][i];
           if constexpr (!RMS) acc.x += g;
           acc.y += g * xh;
-          dg[k][i] += dyv * xh;
+          dg[k][i] += dyv * dgamma_xhat<T>(p, xh);
           if constexpr (!RMS) db[k][i] += dyv;
         }
       }
@@ -699,7 +708,7 @@ __global__ void __launch_bounds__(32 * kTileRowsPerBlock) norm_bwd_tile_kernel(N
       io.load(row, pk * PACK, mean, rstd, xh, g, dyv);
 #pragma unroll
       for (int i = 0; i < PACK; ++i) {
-        dg[i] += dyv[i] * xh[i];
+        dg[i] += dyv[i] * dgamma_xhat<T>(p, xh[i]);
         db[i] += dyv[i];
       }
       io.store_dx(row, pk * PACK, dx_coefs(p, rstd, p.row_coef[2 * row], p.row_coef[2 * row + 1]), xh, g);

@@ -40,7 +40,7 @@ FNORM_API fnorm_status_t fnorm_norm_desc_set(fnorm_norm_desc_t desc, fnorm_norm_
 FNORM_API fnorm_status_t fnorm_norm_desc_set_flags(fnorm_norm_desc_t desc, uint32_t flags) {
   return fnorm::api_guard(__func__, [&] {
     FNORM_REQUIRE_NOT_NULL(desc);
-    const uint32_t known = FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA;
+    const uint32_t known = FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA | FNORM_NORM_FLAG_ROUND_XHAT;
     FNORM_REQUIRE((flags & ~known) == 0, FNORM_STATUS_BAD_PARAM,
                   "argument 'flags' has unknown bits 0x%x", flags & ~known);
     desc->flags = flags;

@@ -73,14 +73,21 @@ struct LoadRow {
 };
 
 // The affine parameters (each optional; in T or fp32; gamma possibly
-// zero-centred) applied to normalized values.
+// zero-centred) applied to normalized values. round_xhat (kernel-uniform):
+// the normalized values are rounded to T first (Hugging Face's Llama cast
+// order; nothing for fp32 T).
 template <typename T, int PACK>
 struct Affine {
   const void *__restrict__ gamma;
   const void *__restrict__ beta;
   bool param_f32;
   bool zero_centered;
+  bool round_xhat;
   __device__ __forceinline__ void apply(float (&v)[PACK], int64_t col) const {
+    if (round_xhat) {
+#pragma unroll
+      for (int i = 0; i < PACK; ++i) v[i] = round_to<T>(v[i]);
+    }
     if (gamma != nullptr) {
       float g[PACK];
       load_param<T, PACK>(gamma, param_f32, col, g);
@@ -576,7 +583,7 @@ cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchShape &s, cudaSt
   using Store = std::conditional_t<QUANT, StoreQuant<T, PACK>, StoreAffine<T, PACK>>;
   const Load load{static_cast<const T *>(p.x), static_cast<const T *>(p.residual),
                   static_cast<T *>(p.sum), p.x_row_stride};
-  const Affine<T, PACK> affine{p.gamma, p.beta, p.param_f32, p.zero_centered};
+  const Affine<T, PACK> affine{p.gamma, p.beta, p.param_f32, p.zero_centered, p.round_xhat};
   const Store store = [&] {
     if constexpr (QUANT) {
       return Store{static_cast<uint8_t *>(p.y), p.y_row_stride, affine, p.quant_scale, p.amax, p.quant,

@@ -38,6 +38,7 @@ struct NormFwdParams {
   bool rms = false;            // RMSNorm: no centring, no beta
   bool param_f32 = false;      // gamma/beta are fp32 (else T)
   bool zero_centered = false;  // scale is 1 + gamma
+  bool round_xhat = false;     // x_hat rounded to T before the scale (FNORM_NORM_FLAG_ROUND_XHAT)
   int width_log2 = 0;          // warp tier: log2 of the lanes that share a row
   int block_threads = 0;       // block-register tier: threads per block (a multiple of 32)
   // Grid (the launch shape's, set by the plan): false, one wave of resident
@@ -76,6 +77,7 @@ struct NormBwdParams {
   bool rms = false;
   bool param_f32 = false;
   bool zero_centered = false;
+  bool round_xhat = false;  // dgamma sums dy * x_hat rounded to T (dx: the fp32 x_hat)
   int width_log2 = 0;
   int block_threads = 0;  // block tier: threads per block; rows tier: threads per row group
   int grid = 0;     // partial rows (clusters, or blocks); from the instance's shape function

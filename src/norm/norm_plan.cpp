@@ -369,6 +369,7 @@ Params shared_params(const NormProblem &v, const PlanT &plan) {
   p.x_row_stride = v.x_row_stride;
   p.rms = v.rms();
   p.zero_centered = (v.flags & FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA) != 0;
+  p.round_xhat = (v.flags & FNORM_NORM_FLAG_ROUND_XHAT) != 0;
   p.param_f32 = v.param_f32() || v.dtype == FNORM_DTYPE_FLOAT32;
   p.width_log2 = plan.width_log2;
   p.block_threads = plan.block_threads;

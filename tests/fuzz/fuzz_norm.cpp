@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fnorm_norm_desc_create(&n);
   fnorm_norm_desc_set(n, in.enum_value<fnorm_norm_mode_t>(2), static_cast<int32_t>(in.pick(9)) - 4,
                       in.pick(4) ? 1e-5 : in.real());
-  if (in.pick(4) == 0) fnorm_norm_desc_set_flags(n, in.pick(3));
+  if (in.pick(4) == 0) fnorm_norm_desc_set_flags(n, in.pick(5));  // every known combination, and bit 2
   fuzz::Tensor x, y, w, dy, dx;
   x.fill(in);
   // Mostly the same descriptor for y / dy / dx as x (the common valid case).

@@ -147,6 +147,20 @@ void test_norm_desc() {
   CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
   CHECK_EQ(flags, static_cast<uint32_t>(FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA));
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, FNORM_NORM_FLAG_ROUND_XHAT), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(flags, static_cast<uint32_t>(FNORM_NORM_FLAG_ROUND_XHAT));
+  const uint32_t both = FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA | FNORM_NORM_FLAG_ROUND_XHAT;
+  CHECK_EQ(both, 3u);  // the values are the ABI: never renumbered
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, both), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(flags, both);
+  // The next bit is still unknown; a refused set keeps the flags.
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, both | 0x4), FNORM_STATUS_BAD_PARAM);
+  CHECK(last_error_mentions("0x4"));
+  CHECK_STATUS(fnorm_norm_desc_set_flags(n.d, 0x80000000u), FNORM_STATUS_BAD_PARAM);
+  CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, &flags), FNORM_STATUS_SUCCESS);
+  CHECK_EQ(flags, both);
   CHECK_STATUS(fnorm_norm_desc_get_flags(n.d, nullptr), FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK_STATUS(fnorm_norm_desc_set(n.d, FNORM_NORM_LAYERNORM, 42, 1e-5), FNORM_STATUS_BAD_PARAM);
   CHECK(last_error_mentions("'begin_norm_axis'"));
