@@ -166,6 +166,33 @@ class Host(unittest.TestCase):
         self.assertEqual(nd.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
         z = fn.NormDesc(fn.NormMode.RMSNORM, -1, 1e-6, fn.NormFlag.ZERO_CENTERED_GAMMA)
         self.assertEqual(z.flags, fn.NormFlag.ZERO_CENTERED_GAMMA)
+        nd.flags = fn.NormFlag.ROUND_XHAT
+        self.assertEqual(nd.flags, fn.NormFlag.ROUND_XHAT)
+        both = fn.NormFlag.ZERO_CENTERED_GAMMA | fn.NormFlag.ROUND_XHAT
+        nd.flags = both
+        self.assertEqual(nd.flags, 3)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            nd.flags = both | 4  # the next bit is still unknown
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+        self.assertIn("0x4", str(cm.exception))
+        self.assertEqual(nd.flags, both)
+
+    def test_round_xhat_argument(self):
+        """Every norm function takes round_xhat (keyword-only, after the
+        existing arguments, so positional calls keep their meaning) and turns
+        it into the descriptor's ROUND_XHAT bit next to ZERO_CENTERED_GAMMA."""
+        import inspect
+        for f in (fn.layer_norm, fn.rms_norm, fn.layer_norm_quant, fn.rms_norm_quant, fn.norm_backward):
+            with self.subTest(function=f.__name__):
+                p = inspect.signature(f).parameters
+                self.assertEqual(p["round_xhat"].kind, inspect.Parameter.KEYWORD_ONLY)
+                self.assertIs(p["round_xhat"].default, False)
+                self.assertEqual(list(p)[-2:], ["stream", "round_xhat"])
+        self.assertEqual(fn.norm._norm_flags(False, False), fn.NormFlag.NONE)
+        self.assertEqual(fn.norm._norm_flags(True, False), fn.NormFlag.ZERO_CENTERED_GAMMA)
+        self.assertEqual(fn.norm._norm_flags(False, True), fn.NormFlag.ROUND_XHAT)
+        self.assertEqual(fn.norm._norm_flags(True, True), 3)
+        self.assertEqual(fn._norm_desc(fn.NormMode.RMSNORM, -1, 1e-6, fn.norm._norm_flags(True, True)).flags, 3)
 
     def test_batchnorm_desc_round_trip_and_errors(self):
         self.assertEqual(header_enum("fnorm_bn_epilogue"), {e.name: e.value for e in fn.BnEpilogue})

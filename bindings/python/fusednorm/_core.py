@@ -73,6 +73,7 @@ class NormFlag(enum.IntEnum):
     """Bits of a NormDesc's flags (OR them as ints)."""
     NONE = 0
     ZERO_CENTERED_GAMMA = 1
+    ROUND_XHAT = 2
 
 
 MAX_RANK = 8

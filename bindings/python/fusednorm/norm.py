@@ -117,6 +117,11 @@ def norm_bwd_workspace_size(handle: Handle, norm: NormDesc, x_desc: TensorDesc,
     return n.value
 
 
+def _norm_flags(zero_centered_gamma: bool, round_xhat: bool) -> int:
+    return ((NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE)
+            | (NormFlag.ROUND_XHAT if round_xhat else NormFlag.NONE))
+
+
 @functools.lru_cache(maxsize=64)
 def _norm_desc(mode: NormMode, begin_norm_axis: int, eps: float, flags: int) -> NormDesc:
     return NormDesc(mode, begin_norm_axis, eps, flags)
@@ -124,7 +129,7 @@ def _norm_desc(mode: NormMode, begin_norm_axis: int, eps: float, flags: int) -> 
 
 
 def _norm_fwd(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamma, return_stats,
-              out, sum_out, mean_out, rstd_out, begin_norm_axis, stream):
+              out, sum_out, mean_out, rstd_out, begin_norm_axis, stream, round_xhat=False):
     import torch
     if not x.is_cuda:
         raise ValueError("x must be a CUDA tensor")
@@ -164,7 +169,7 @@ def _norm_fwd(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamm
                          f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
     w = weight if weight is not None else bias
     wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
-    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    flags = _norm_flags(zero_centered_gamma, round_xhat)
     nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
     handle = _handle_for(dev.index)
     ws_bytes = norm_fwd_workspace_size(handle, nd, xd, yd)
@@ -185,7 +190,7 @@ def _norm_fwd(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamm
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, residual=None, zero_centered_gamma: bool = False,
                return_stats: bool = False, out=None, sum_out=None, mean_out=None, rstd_out=None,
-               begin_norm_axis: int = -1, stream=None):
+               begin_norm_axis: int = -1, stream=None, *, round_xhat: bool = False):
     """LayerNorm forward over dimensions [begin_norm_axis, x.dim()) of a CUDA
     tensor x (fp32/fp16/bf16), fp32 math, on PyTorch's current stream of x's
     device (or `stream`, a torch.cuda.Stream).
@@ -196,6 +201,11 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, residual=None, zero
       and return s too (written to sum_out when given; sum_out may be x or
       residual itself).
     zero_centered_gamma: the scale applied is (1 + weight).
+    round_xhat: Hugging Face's "Llama cast order" (NormFlag.ROUND_XHAT): the
+      normalized value, computed in fp32, is rounded to x's dtype before
+      the scale multiplies it (LlamaRMSNorm's `weight *
+      hidden_states.to(input_dtype)`); combines with zero_centered_gamma.
+      Without it the normalized value stays fp32 and y is rounded once.
     return_stats: also return mean and rstd, float32 tensors of [rows] (rows =
       the product of the dimensions before begin_norm_axis), for
       norm_backward. mean_out/rstd_out, when given, are written whatever
@@ -206,25 +216,29 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, residual=None, zero
     (y, s, mean, rstd) with both.
     """
     return _norm_fwd(NormMode.LAYERNORM, x, weight, bias, eps, residual, zero_centered_gamma, return_stats,
-                     out, sum_out, mean_out, rstd_out, begin_norm_axis, stream)
+                     out, sum_out, mean_out, rstd_out, begin_norm_axis, stream, round_xhat)
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, residual=None, zero_centered_gamma: bool = False,
              return_stats: bool = False, out=None, sum_out=None, rstd_out=None, begin_norm_axis: int = -1,
-             stream=None):
+             stream=None, *, round_xhat: bool = False):
     """RMSNorm forward: y = s * rrms * weight, rrms = 1/sqrt(mean(s^2) + eps),
     s = x or x + residual. Arguments as layer_norm's; RMSNorm has no bias and
     no mean: the only statistic is rrms, returned (and written) as rstd.
+    round_xhat=True gives transformers' LlamaRMSNorm (Llama, Qwen2/3,
+    Mistral, Phi3, DeepseekV3): with weight in x's dtype, y has the bits of
+    `weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1,
+    keepdim=True) + eps)).to(x.dtype)` up to the summation order of the mean.
 
     Returns y; (y, s) with residual; (y, rstd) with return_stats;
     (y, s, rstd) with both.
     """
     return _norm_fwd(NormMode.RMSNORM, x, weight, None, eps, residual, zero_centered_gamma, return_stats,
-                     out, sum_out, None, rstd_out, begin_norm_axis, stream)
+                     out, sum_out, None, rstd_out, begin_norm_axis, stream, round_xhat)
 
 
 def _norm_fwd_quant(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamma, dtype, scale,
-                    return_amax, return_stats, out, sum_out, begin_norm_axis, stream):
+                    return_amax, return_stats, out, sum_out, begin_norm_axis, stream, round_xhat=False):
     import torch
     if not x.is_cuda:
         raise ValueError("x must be a CUDA tensor")
@@ -275,7 +289,7 @@ def _norm_fwd_quant(mode: NormMode, x, weight, bias, eps, residual, zero_centere
                          f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
     w = weight if weight is not None else bias
     wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
-    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    flags = _norm_flags(zero_centered_gamma, round_xhat)
     nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
     handle = _handle_for(dev.index)
     ws_bytes = norm_fwd_quant_workspace_size(handle, nd, xd, yd, scaling)
@@ -299,7 +313,7 @@ def _norm_fwd_quant(mode: NormMode, x, weight, bias, eps, residual, zero_centere
 
 def layer_norm_quant(x, weight=None, bias=None, eps: float = 1e-5, residual=None, dtype=None, scale=None,
                      return_amax: bool = False, zero_centered_gamma: bool = False, return_stats: bool = False,
-                     out=None, sum_out=None, begin_norm_axis: int = -1, stream=None):
+                     out=None, sum_out=None, begin_norm_axis: int = -1, stream=None, *, round_xhat: bool = False):
     """LayerNorm forward writing y quantized in the same pass (fnorm_norm_fwd_quant).
 
     dtype: torch.float8_e4m3fn (default), torch.float8_e5m2 or torch.int8.
@@ -309,7 +323,8 @@ def layer_norm_quant(x, weight=None, bias=None, eps: float = 1e-5, residual=None
       FP8 only). y = code(v / scale) with the header's rounding, saturation
       and NaN rules (v: the fp32 normalized value after weight and bias).
     return_amax: also return the largest |v| (a 0-dim float32 tensor).
-    Other arguments as layer_norm (out: y's buffer, of `dtype`).
+    Other arguments as layer_norm (out: y's buffer, of `dtype`; round_xhat
+    rounds the normalized value to x's dtype before weight, as there).
 
     Returns (y, scale), then s with residual, amax with return_amax, and
     mean, rstd with return_stats, in that order.
@@ -317,24 +332,24 @@ def layer_norm_quant(x, weight=None, bias=None, eps: float = 1e-5, residual=None
     import torch
     return _norm_fwd_quant(NormMode.LAYERNORM, x, weight, bias, eps, residual, zero_centered_gamma,
                            torch.float8_e4m3fn if dtype is None else dtype, scale, return_amax, return_stats, out,
-                           sum_out, begin_norm_axis, stream)
+                           sum_out, begin_norm_axis, stream, round_xhat)
 
 
 def rms_norm_quant(x, weight=None, eps: float = 1e-6, residual=None, dtype=None, scale=None,
                    return_amax: bool = False, zero_centered_gamma: bool = False, return_stats: bool = False,
-                   out=None, sum_out=None, begin_norm_axis: int = -1, stream=None):
+                   out=None, sum_out=None, begin_norm_axis: int = -1, stream=None, *, round_xhat: bool = False):
     """RMSNorm forward writing y quantized (arguments and results as
     layer_norm_quant; RMSNorm has no bias and returns rstd only)."""
     import torch
     return _norm_fwd_quant(NormMode.RMSNORM, x, weight, None, eps, residual, zero_centered_gamma,
                            torch.float8_e4m3fn if dtype is None else dtype, scale, return_amax, return_stats, out,
-                           sum_out, begin_norm_axis, stream)
+                           sum_out, begin_norm_axis, stream, round_xhat)
 
 
 def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=None,
                   zero_centered_gamma: bool = False, need_dgamma: bool = True, need_dbeta: bool = True,
                   dx_out=None, dgamma_out=None, dbeta_out=None, param_dtype=None,
-                  begin_norm_axis: int = -1, stream=None):
+                  begin_norm_axis: int = -1, stream=None, *, round_xhat: bool = False):
     """LayerNorm/RMSNorm backward on PyTorch CUDA tensors, on PyTorch's current
     stream of dy's device (or `stream`).
 
@@ -342,8 +357,9 @@ def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=No
     dy: the gradient of y. x_or_sum: the tensor that was normalized (x, or
       the forward's s with a residual). mean, rstd: the forward's statistics
       (mean is None for RMSNorm).
-    weight: the forward's gamma (None: scale 1); zero_centered_gamma as in
-      the forward.
+    weight: the forward's gamma (None: scale 1); zero_centered_gamma and
+      round_xhat as in the forward (round_xhat: dgamma sums dy times the
+      normalized value rounded to x's dtype; dx keeps the fp32 formula).
     dsum: the gradient that reached s from the residual path; it is added
       into dx, which is then also the residual's gradient.
     need_dgamma: compute dgamma (only when weight is given).
@@ -404,7 +420,7 @@ def norm_backward(mode: NormMode, dy, x_or_sum, mean, rstd, weight=None, dsum=No
         wd = _desc_of(weight, "weight")
     elif want_dbeta:
         wd = _tensor_desc(_dtype_of(dbeta, "dbeta"), param_shape, tuple(dbeta.stride()))
-    flags = NormFlag.ZERO_CENTERED_GAMMA if zero_centered_gamma else NormFlag.NONE
+    flags = _norm_flags(zero_centered_gamma, round_xhat)
     # Backward uses the saved rstd, not epsilon; any valid epsilon will do.
     nd = _norm_desc(mode, int(begin_norm_axis), 1e-5, flags)
     handle = _handle_for(dev.index)
