@@ -84,6 +84,7 @@ pub const FNORM_NORM_RMSNORM: fnorm_norm_mode_t = 1;
 pub type fnorm_norm_flag_t = c_uint;
 pub const FNORM_NORM_FLAG_NONE: fnorm_norm_flag_t = 0;
 pub const FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA: fnorm_norm_flag_t = 1;
+pub const FNORM_NORM_FLAG_ROUND_XHAT: fnorm_norm_flag_t = 2;
 pub type fnorm_quant_scaling_t = c_uint;
 pub const FNORM_QUANT_SCALING_PER_TENSOR: fnorm_quant_scaling_t = 0;
 pub const FNORM_QUANT_SCALING_PER_TOKEN: fnorm_quant_scaling_t = 1;

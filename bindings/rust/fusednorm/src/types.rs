@@ -203,6 +203,11 @@ c_flags! {
     NormFlags {
         /// gamma is stored zero-centred: the scale is (1 + gamma).
         ZERO_CENTERED_GAMMA = FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA,
+        /// Hugging Face's "Llama cast order": x_hat (fp32) is rounded to x's
+        /// dtype before the scale multiplies it (LlamaRMSNorm's
+        /// `weight * hidden_states.to(input_dtype)`); the backward's dgamma
+        /// sums dy * round(x_hat), dx keeps the fp32 formula.
+        ROUND_XHAT = FNORM_NORM_FLAG_ROUND_XHAT,
     }
 }
 
