@@ -280,6 +280,26 @@ func TestNormDesc(t *testing.T) {
 	if err := nd.SetFlags(NormFlag(0x80)); !errors.Is(err, ErrBadParam) {
 		t.Errorf("unknown flag bits: %v", err)
 	}
+	// The two flags combine; the next bit is still unknown, and a refused
+	// set keeps the flags.
+	both := NormFlagZeroCenteredGamma | NormFlagRoundXhat
+	if both != 3 {
+		t.Errorf("NormFlagZeroCenteredGamma | NormFlagRoundXhat = %d, want 3", both)
+	}
+	for _, f := range []NormFlag{NormFlagRoundXhat, both} {
+		if err := nd.SetFlags(f); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := nd.Flags(); err != nil || got != f {
+			t.Errorf("Flags after SetFlags(%d): %v %v", f, got, err)
+		}
+	}
+	if err := nd.SetFlags(both | 4); !errors.Is(err, ErrBadParam) || !strings.Contains(err.Error(), "0x4") {
+		t.Errorf("flag bit 4: %v", err)
+	}
+	if got, _ := nd.Flags(); got != both {
+		t.Errorf("a refused SetFlags changed the flags to %d", got)
+	}
 	if _, err := NewNorm(LayerNorm, -1, math.Inf(1)); !errors.Is(err, ErrBadParam) {
 		t.Errorf("NewNorm with an infinite epsilon: %v", err)
 	}

@@ -22,6 +22,11 @@ const (
 	NormFlagNone NormFlag = C.FNORM_NORM_FLAG_NONE
 	// NormFlagZeroCenteredGamma: the scale applied is (1 + gamma).
 	NormFlagZeroCenteredGamma NormFlag = C.FNORM_NORM_FLAG_ZERO_CENTERED_GAMMA
+	// NormFlagRoundXhat: Hugging Face's "Llama cast order": x_hat (fp32) is
+	// rounded to x's dtype before the scale multiplies it (LlamaRMSNorm's
+	// `weight * hidden_states.to(input_dtype)`); the backward's dgamma sums
+	// dy * round(x_hat), dx keeps the fp32 formula.
+	NormFlagRoundXhat NormFlag = C.FNORM_NORM_FLAG_ROUND_XHAT
 )
 
 // NormDesc says which normalization to compute (fnorm_norm_desc_t).
