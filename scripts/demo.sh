@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Build libfusednorm and run the LayerNorm demo (README's demo command).
-# Without a GPU the demo says so and exits non-zero.
+# Without a GPU (no driver, no nvidia-smi, or no device) it still builds, then
+# the demo says why it cannot run and exits 77; any other failure is non-zero
+# with its own message.
+# Usage: scripts/demo.sh [BUILD_DIR]   (default build-demo)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 PATH=$("$root/scripts/setup.sh")
 export PATH
 build=${1:-$root/build-demo}
-# Machine code for this machine's GPU only (the default build has four
-# architectures and takes 4x as long); without a GPU, sm_90, and the demo
-# says there is no GPU.
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-if [ ! -f "$build/build.ninja" ]; then meson setup "$build" "$root" -Dtests=false -Dgpu_archs="${arch:-90}"; fi
+if [ ! -f "$build/build.ninja" ]; then
+  # Machine code for this machine's GPU only (the default build has four
+  # architectures and takes 4x as long); FNORM_GPU_ARCHS overrides. When
+  # nvidia-smi cannot tell (no driver, no GPU), sm_90, and the demo says what
+  # is missing.
+  arch=${FNORM_GPU_ARCHS:-$("$root/scripts/gpu-probe" arch)}
+  if [ -z "$arch" ]; then
+    why=$("$root/scripts/gpu-probe" reason)
+    echo "demo: no GPU arch from nvidia-smi (${why:-it gave no compute capability}); building for sm_90 only" \
+         "(FNORM_GPU_ARCHS=NN picks another)" >&2
+  fi
+  meson setup "$build" "$root" -Dtests=false -Dgpu_archs="${arch:-90}"
+fi
 ninja -C "$build" examples/layernorm_demo
 exec "$build/examples/layernorm_demo"

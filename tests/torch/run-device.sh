@@ -29,7 +29,7 @@ if [ -z "${FNORM_LIB:-}" ]; then
   t=$(date +%s)
   # The device's own arch only: the default (four archs) takes 4x the build
   # time; FNORM_GPU_ARCHS overrides (e.g. "80,90,100,120" to run the default).
-  archs=${FNORM_GPU_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')}
+  archs=${FNORM_GPU_ARCHS:-$(scripts/gpu-probe arch)}
   archs=${archs:-90}
   [ -f "$b/build.ninja" ] || meson setup "$b" -Dtests=false -Dgpu_archs="$archs" > "$out/configure.log" 2>&1 \
     || { tail -20 "$out/configure.log"; exit 1; }
