@@ -151,7 +151,7 @@ def bench_hf(quick=False, modes=("eager", "compile"), only=None, tokens=None, pr
     """profiler: bench_torch.profile_step, for rows "hf_train_step_profile"
     (GPU time per step by kernel family of each variant, eager only)."""
     rows = []
-    steps, warmup, rounds = (4, 2, 2) if quick else (8, 3, 4)
+    steps, warmup, rounds = (4, 2, 2) if quick else (6, 2, 3)
     token_sets = tokens or ([(4, 1024), (8, 2048)] if not quick else [(4, 1024)])
     try:
         import liger_kernel  # noqa: F401
