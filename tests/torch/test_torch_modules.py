@@ -690,11 +690,10 @@ class SyncBN(unittest.TestCase):
         close(self, sync[1].running_var, ref[1].running_var, torch.float32, "SyncBN running_var", scale=10)
 
     def test_one_rank_compiled(self):
-        """torch.compile (not fullgraph) of a model whose SyncBatchNorm uses its
-        communicator: the lookup runs between graphs (Dynamo does not trace
-        id() of a ProcessGroup, so fullgraph=True stops there), the library's
-        op runs with the communicator, and three steps give torch.nn's
-        results."""
+        """torch.compile(fullgraph=True) of a model whose SyncBatchNorm uses
+        its communicator: the lookup runs while Dynamo traces (its handle a
+        constant of the graph), the library's op runs with the communicator,
+        and three steps give torch.nn's results."""
         from fusednorm.torch import _nccl
         _one_rank_group()
         torch._dynamo.reset()
@@ -703,7 +702,7 @@ class SyncBN(unittest.TestCase):
         ref = copy.deepcopy(model)
         sync = ft.SyncBatchNorm.convert_sync_batchnorm(model)
         sync[1].always_sync = True
-        compiled = torch.compile(sync)
+        compiled = torch.compile(sync, fullgraph=True)
         for step in range(3):
             x = torch.randn(6, 3, 10, 10, device=DEV)
             x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()

@@ -5,12 +5,22 @@ the library itself uses (the one already loaded under the soname
 libnccl.so.2: the dynamic loader shares one copy per soname), with the
 unique id broadcast from the group's first rank through torch.distributed.
 Never torch's private communicator. The communicators live until the
-process ends."""
+process ends.
+
+Under torch.compile, SyncBatchNorm's lookup (comm_of) is not traced: Dynamo
+calls it while tracing (torch.compiler.assume_constant_result), so the
+communicator is made then, outside the graph, and its handle enters the
+graph as a constant. The compiled graph is guarded on the module's
+process_group object (and `always_sync`), not on the default group: a
+compiled SyncBatchNorm of the default group keeps the handle of the
+communicator of the group that was the default when it was traced."""
 from __future__ import annotations
 
 import ctypes
 import os
 import threading
+
+import torch
 
 
 class _UniqueId(ctypes.Structure):
@@ -69,3 +79,21 @@ def comm_for(group, device) -> int:
             _check(lib.ncclCommInitRank(ctypes.byref(comm), world, uid, rank), "ncclCommInitRank")
         _comms[key] = comm.value
         return comm.value
+
+
+@torch.compiler.assume_constant_result
+def comm_of(group, device_index: int, always_sync: bool = False) -> int:
+    """SyncBatchNorm's communicator on CUDA device `device_index` for
+    process group `group` (None: the default group), or 0 where the
+    statistics stay local: torch.distributed not initialized, or a group of
+    one rank unless `always_sync`. Collective the first time, as comm_for.
+    The arguments are what Dynamo can hand over as constants (a
+    ProcessGroup, None, an int, a bool)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0
+    if group is None:
+        group = dist.group.WORLD
+    if dist.get_world_size(group) == 1 and not always_sync:
+        return 0
+    return comm_for(group, torch.device("cuda", device_index))

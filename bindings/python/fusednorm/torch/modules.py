@@ -21,7 +21,9 @@ A call goes one of two ways:
 
 Empty inputs never reach the library: torch.nn's own path returns torch's
 empty output and keeps torch's running-statistics behaviour (BatchNorm counts
-the batch in num_batches_tracked and leaves the running averages).
+the batch in num_batches_tracked and leaves the running averages). The
+exception is a SyncBatchNorm rank without samples while the statistics are
+synchronized: it takes part in the library's collectives, as the others do.
 
 Autocast follows torch's rules for each op: LayerNorm computes and returns
 float32 (layer_norm is on autocast's fp32 list), Linear runs in the autocast
@@ -387,10 +389,11 @@ class _BatchNormMixin:
         s = super().extra_repr()
         return s + (f", activation={self.activation!r}" if getattr(self, "activation", None) else "")
 
-    def _lib_ok(self, x, z) -> bool:
+    def _lib_ok(self, x, z, empty_ok=False) -> bool:
         """The library takes fp32/fp16/bf16 CUDA input with float32
-        per-channel vectors (model.half() makes them fp16: torch's path)."""
-        if not (_ON and x.is_cuda and x.dtype in _FLOATS and x.numel() > 0 and x.dim() <= 8):
+        per-channel vectors (model.half() makes them fp16: torch's path).
+        empty_ok: an empty x too (a SyncBatchNorm rank without samples)."""
+        if not (_ON and x.is_cuda and x.dtype in _FLOATS and (x.numel() > 0 or empty_ok) and x.dim() <= 8):
             return False
         w, rm = self.weight, self.running_mean
         if (w is not None and (w.dtype is not _F32 or self.bias is None or self.bias.dtype is not _F32)) or \
@@ -429,10 +432,14 @@ class _BatchNormMixin:
     def _python_forward(self, x, z):
         act = getattr(self, "activation", None) == "relu"
         bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        if _torch_only() or not self._lib_ok(x, z) or not self.eps > 0:
+        if _torch_only() or not self._lib_ok(x, z, empty_ok=self._sync) or not self.eps > 0:
             return self._torch_forward(x, z, act)
-        if bn_training and x.numel() // x.shape[1] == 1:
-            return self._torch_forward(x, z, act)  # torch's "more than 1 value per channel" error
+        # Under SyncBatchNorm every rank takes the library's collectives, a rank
+        # with no samples or one value per channel too (torch's path there
+        # would wait in torch's all-gather while the others wait in ours).
+        comm = self._comm(x) if bn_training else 0
+        if comm == 0 and (x.numel() == 0 or (bn_training and x.numel() // x.shape[1] == 1)):
+            return self._torch_forward(x, z, act)  # torch's empty batch; its "more than 1 value per channel" error
         x = _bn_layout(x)
         if z is not None and z.stride() != x.stride():
             z = torch.empty_like(x).copy_(z)  # read through x's descriptor
@@ -452,7 +459,6 @@ class _BatchNormMixin:
         rv = self.running_var if track else None
         nbt = self.num_batches_tracked if track else None  # the library counts it, once
         momentum = -1.0 if self.momentum is None else float(self.momentum)
-        comm = self._comm(x)
         if z is not None and not act:
             return ops.batch_norm(x, self.weight, self.bias, rm, rv, nbt, None, momentum, self.eps, _EPI_NONE, comm,
                                   0) + z
@@ -514,14 +520,13 @@ class SyncBatchNorm(_BatchNormMixin, nn.SyncBatchNorm):
         return F.relu(y) if act else y
 
     def _comm(self, x):
-        import torch.distributed as dist
-        if not (self.training and dist.is_available() and dist.is_initialized()):
-            return 0
-        group = self.process_group or dist.group.WORLD
-        if dist.get_world_size(group) == 1 and not self.always_sync:
+        """The communicator's handle (0: statistics stay local). Under
+        torch.compile the lookup runs while Dynamo traces, outside the graph,
+        and the handle enters the graph as a constant (_nccl.comm_of)."""
+        if not (self.training and x.is_cuda):
             return 0
         from . import _nccl
-        return _nccl.comm_for(group, x.device)
+        return _nccl.comm_of(self.process_group, x.device.index, self.always_sync)
 
     @classmethod
     def convert_sync_batchnorm(cls, module, process_group=None):
