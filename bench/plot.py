@@ -19,6 +19,9 @@ Charts (each written only when the JSON holds its rows):
                        engine's time over our NATIVE engine's, per case (log
                        scale), and our AUTO engine's where it ran cuDNN.
   <gpu>-linear.png     the fully-connected layer: PyTorch's time over ours.
+  <gpu>-hf.png         Hugging Face models' training steps (bench_hf.py): the
+                       unconverted model's, Liger-Kernel's and the compiled
+                       original's step time over ours.
   <gpu>-other.png      rows of any other op that carry vs_torch (the PyTorch
                        drop-in modules, say): PyTorch's time over ours.
 
@@ -44,7 +47,8 @@ COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": 
           "auto": "#17becf"}
 KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
              "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
-             "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd"}
+             "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd", "hf_train_step",
+             "hf_train_step_profile"}
 
 
 def title(res: dict, what: str, rows=()) -> str:
@@ -368,6 +372,37 @@ def plot_linear(res: dict, stem: str) -> None:
     save(fig, f"{stem}-linear.png")
 
 
+def plot_hf(res: dict, stem: str) -> None:
+    """Hugging Face models' training steps: the unconverted model's step time
+    over convert(model)'s and convert(model, fuse=True)'s, Liger-Kernel's over
+    ours (eager), and the compiled original's over the compiled converted."""
+    rows = [r for r in res["rows"] if r["op"] == "hf_train_step" and r.get("step_ms")]
+    if not rows:
+        return
+    cases = []
+    for r in rows:
+        key = (r["model"], tuple(r["tokens"]), r["mode"])
+        if key not in cases:
+            cases.append(key)
+    get = {(r["model"], tuple(r["tokens"]), r["mode"], r["fuse"]): r for r in rows}
+    labels = [f"{m} {t[0]}x{t[1]} {mode}" for m, t, mode in cases]
+    series = [
+        ("torch / convert(model)", COLORS["ours"], [get.get(c + (False,), {}).get("vs_torch") for c in cases]),
+        ("torch / convert(model, fuse=True)", COLORS["oneflow"],
+         [get.get(c + (True,), {}).get("vs_torch") for c in cases]),
+        ("Liger-Kernel / convert(model)", COLORS["liger"], [get.get(c + (False,), {}).get("vs_liger") for c in cases]),
+    ]
+    fig, ax = plt.subplots(figsize=(10, 9))
+    ratio_panel(ax, labels, series, "the other's step time / ours (right of 1: ours faster)", log=False,
+                horizontal=True)
+    vals = [v for _, _, vs in series for v in vs if v]
+    ax.set_xlim(min(0.85, min(vals) - 0.05), max(1.5, max(vals) + 0.1))
+    ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title(res, "Hugging Face models, training step (bf16, AdamW)", rows), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-hf.png")
+
+
 def plot_other(res: dict, stem: str) -> None:
     rows = [r for r in res["rows"] if r["op"] not in KNOWN_OPS and r.get("vs_torch")]
     if not rows:
@@ -396,6 +431,7 @@ def main() -> int:
         plot_batchnorm(res, stem)
         plot_linear(res, stem)
         plot_other(res, stem)
+        plot_hf(res, stem)
     return 0
 
 
