@@ -112,18 +112,22 @@ def _only_user(node):
     return users[0] if len(users) == 1 else None
 
 
-def fuse(model: nn.Module, linear: bool = True) -> fx.GraphModule:
-    """The epilogue rewrite of a swapped model (see the module's text).
-    linear=False: no nn.Linear is swapped for an epilogue."""
-    gm = fx.GraphModule(model, _Tracer().trace(model), model.__class__.__name__)
+def _single_calls(gm):
+    """The call_module nodes of modules called once, with one argument."""
     calls = {}
     for n in gm.graph.nodes:
         if n.op == "call_module":
             calls[n.target] = calls.get(n.target, 0) + 1
+    return [n for n in gm.graph.nodes
+            if n.op == "call_module" and calls[n.target] == 1 and len(n.args) == 1 and not n.kwargs]
+
+
+def fuse(model: nn.Module, linear: bool = True) -> fx.GraphModule:
+    """The epilogue rewrite of a swapped model (see the module's text).
+    linear=False: no nn.Linear is swapped for an epilogue."""
+    gm = fx.GraphModule(model, _Tracer().trace(model), model.__class__.__name__)
     fused = 0
-    for n in list(gm.graph.nodes):
-        if n.op != "call_module" or calls.get(n.target) != 1 or len(n.args) != 1 or n.kwargs:
-            continue
+    for n in _single_calls(gm):
         bn = gm.get_submodule(n.target)
         user = _only_user(n)
         if user is None:
@@ -173,14 +177,8 @@ def _fuse_add_norms(gm) -> int:
     once, h possibly used again: the residual stream of a pre-norm block)
     becomes `y, h = hf.add_norm(norm, a, b)`: one pass forward and backward.
     In-place adds stay (later uses of a would see another value)."""
-    calls = {}
-    for n in gm.graph.nodes:
-        if n.op == "call_module":
-            calls[n.target] = calls.get(n.target, 0) + 1
     fused = 0
-    for n in list(gm.graph.nodes):
-        if n.op != "call_module" or calls.get(n.target) != 1 or len(n.args) != 1 or n.kwargs:
-            continue
+    for n in _single_calls(gm):
         if type(gm.get_submodule(n.target)) not in (M.LayerNorm, M.RMSNorm):
             continue
         add = n.args[0]
