@@ -37,9 +37,9 @@ import argparse
 import ctypes
 import json
 import os
-import socket
 import statistics
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -147,7 +147,7 @@ def run_case(fn, lib, comm, rank, world, dtype_name, layout, kind, batch):
     return n, t
 
 
-def worker(rank, world, queue, port, results, batch, cases):
+def worker(rank, world, queue, init, results, batch, cases):
     torch.cuda.set_device(rank)
     import fusednorm as fn
     from test_syncbn import UniqueId, nccl
@@ -165,7 +165,7 @@ def worker(rank, world, queue, port, results, batch, cases):
     comm_p = ctypes.c_void_p()
     assert lib.ncclCommInitRank(ctypes.byref(comm_p), world, uid, rank) == 0
     comm = comm_p.value
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
                             device_id=torch.device("cuda", rank))
     out = []
     for case in cases:
@@ -197,12 +197,12 @@ def main():
         print("SKIP: fewer than 2 GPUs")
         return 0
     cases = CASES[args.cases]
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    # A file rendezvous: a free TCP port picked here could be taken before rank 0
+    # listens on it (the ranks' NCCL bootstrap opens ephemeral ports meanwhile).
+    init = "file://" + tempfile.mktemp(prefix="fnorm-rdv-")
     ctx = mp.get_context("spawn")
     q, res = ctx.Queue(), ctx.Queue()
-    ps = [ctx.Process(target=worker, args=(r, args.world, q, port, res, args.batch, cases))
+    ps = [ctx.Process(target=worker, args=(r, args.world, q, init, res, args.batch, cases))
           for r in range(args.world)]
     for p in ps:
         p.start()

@@ -28,9 +28,9 @@ import argparse
 import copy
 import json
 import os
-import socket
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 
@@ -77,10 +77,10 @@ def step(model, opt, scaler, x, y):
     return loss
 
 
-def worker(rank, world, port, results, args):
+def worker(rank, world, init, results, args):
     try:
         torch.cuda.set_device(rank)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank))
         t0 = time.time()
         models, n_sbn, fused = make_models(rank)
@@ -148,12 +148,12 @@ def main():
     if args.world < 2:
         print("SKIP: fewer than 2 GPUs")
         return 0
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    # A file rendezvous: a free TCP port picked here could be taken before rank 0
+    # listens on it (the ranks' NCCL bootstrap opens ephemeral ports meanwhile).
+    init = "file://" + tempfile.mktemp(prefix="fnorm-rdv-")
     ctx = mp.get_context("spawn")
     res = ctx.Queue()
-    ps = [ctx.Process(target=worker, args=(r, args.world, port, res, args)) for r in range(args.world)]
+    ps = [ctx.Process(target=worker, args=(r, args.world, init, res, args)) for r in range(args.world)]
     for p in ps:
         p.start()
     got = {}

@@ -302,7 +302,7 @@ def plot_batchnorm(res: dict, stem: str) -> None:
         if r["op"] == "batchnorm_fwd_infer":
             s += " (inference)"
         if r["op"] == "syncbatchnorm_fwd_bwd":
-            s = f"SyncBN, {r.get('ranks', '?')} GPUs: " + s + " (fwd+bwd)"
+            s = f"SyncBN, {r.get('ranks', '?')} GPUs: " + s + f" {r.get('batches', '')} (fwd+bwd)"
         return s
 
     def auto_ratio(r):
@@ -407,7 +407,8 @@ def plot_other(res: dict, stem: str) -> None:
     rows = [r for r in res["rows"] if r["op"] not in KNOWN_OPS and r.get("vs_torch")]
     if not rows:
         return
-    labels = [f"{r['op']} {r.get('dtype', '')} {shape_str(r.get('shape', []))}".strip() for r in rows]
+    labels = [(f"{r['op']} {r.get('dtype', '')} {shape_str(r.get('shape', []))}"
+               + (f" {r['ranks']} GPUs" if r.get("ranks") else "")).strip() for r in rows]
     fig, ax = plt.subplots(figsize=SIZE)
     ratio_panel(ax, labels, [("PyTorch time / ours", COLORS["torch"], [r["vs_torch"] for r in rows])],
                 "PyTorch time / ours (above 1: ours faster)", log=False)

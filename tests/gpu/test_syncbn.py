@@ -36,8 +36,8 @@ from __future__ import annotations
 import copy
 import ctypes
 import os
-import socket
 import sys
+import tempfile
 import traceback
 
 try:
@@ -168,6 +168,9 @@ def close_agree(ck, name, got, ref, tol, agree):
         return
     ck.checks += 1
     off = 1 - agree.double().mean().item()
+    if off > 0:
+        print(f"NOTE rank {ck.rank} {name}: the ReLU masks differ at {int((~agree).sum())} of {agree.numel()} "
+              "elements (compared where they agree)", flush=True)
     if off > 2e-3:
         ck.failed += 1
         print(f"FAIL rank {ck.rank} {name}: the ReLU masks differ at {off:.2%} of the elements", flush=True)
@@ -421,6 +424,7 @@ def compiled_cases(ck, rank, world, seed) -> int:
     co = torch.compile(mine, backend=recorder("b ours"), fullgraph=True)
     held = {"model": refm, "key": "b torch"}
     refe = copy.deepcopy(refm)
+    dw_r = 0
     for step in range(2):
         offs = [sum(counts[:r]) for r in range(world + 1)]
         x, z, dy = make_batch([offs[-1], C, 6, 10], torch.float16, "nhwc", seed + 810 + step)
@@ -431,6 +435,7 @@ def compiled_cases(ck, rank, world, seed) -> int:
         yo = co(xo, zo)
         yt = run_torch(held, xt, zt)
         ye = refe(xe, ze)
+        dw_r = dw_r + full_batch_ref(x, z, dy, w, b, rm, rv, True)[3]
         yo.backward(dys)
         yt.backward(dys)
         ye.backward(dys)
@@ -441,7 +446,11 @@ def compiled_cases(ck, rank, world, seed) -> int:
         agree = (yo > 0) == (yt > 0)
         close_agree(ck, f"{name} step {step} dx", xo.grad, xt.grad, 2e-2, agree)
         close_agree(ck, f"{name} step {step} dz", zo.grad, zt.grad, 2e-2, agree)
-    close_rel(ck, f"{name} dgamma", mine.weight.grad, refm.bn.weight.grad, 8e-2)
+    # dgamma against float64 of the whole batch: a ReLU mask torch's rounding
+    # flips moves a local sum by a whole dy * x_hat, more than the tolerance.
+    dw = mine.weight.grad.clone()
+    dist.all_reduce(dw)
+    close_rel(ck, f"{name} sum of local dgamma", dw, dw_r, 4e-2)
     ck.close(f"{name} running var", mine.running_var, refm.bn.running_var, 1e-4, 1e-3)
     check_ours(name, "b ours")
     # (c) ours alone, a rank without samples, fp16 channels-last, float64 reference.
@@ -476,7 +485,7 @@ def compiled_cases(ck, rank, world, seed) -> int:
     return n
 
 
-def worker(rank, world, queue, port, results):
+def worker(rank, world, queue, init, results):
     try:
         torch.cuda.set_device(rank)
         import fusednorm as fn
@@ -493,7 +502,7 @@ def worker(rank, world, queue, port, results):
         r = lib.ncclCommInitRank(ctypes.byref(comm_p), world, uid, rank)
         assert r == 0, lib.ncclGetErrorString(r)
         comm = comm_p.value
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank))
         ck = Checker(rank)
         seed = int(os.environ.get("FNORM_TEST_SEED", "1234"))
@@ -571,12 +580,12 @@ def main() -> int:
               "visible")
         return 77
     world = int(os.environ.get("FNORM_TEST_WORLD", torch.cuda.device_count()))
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    # A file rendezvous: a free TCP port picked here could be taken before rank 0
+    # listens on it (the ranks' NCCL bootstrap opens ephemeral ports meanwhile).
+    init = "file://" + tempfile.mktemp(prefix="fnorm-rdv-")
     ctx = mp.get_context("spawn")
     queue, results = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, queue, port, results)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, queue, init, results)) for r in range(world)]
     for p in procs:
         p.start()
     # Report each rank as it finishes; a rank that raised ends the run at once
