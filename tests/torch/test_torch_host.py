@@ -159,6 +159,36 @@ class Host(unittest.TestCase):
                 with torch.no_grad():
                     self.assertTrue(torch.equal(c(input_ids=ids, use_cache=False).logits, a))
 
+    def test_hf_fused_under_activation_checkpointing(self):
+        """convert(fuse=True) with transformers' gradient checkpointing, both
+        reentrant (the layer runs without grad in the first pass) and not
+        (the recomputation must save what the first pass saved): the same
+        loss and gradients as the original model."""
+        try:
+            import transformers as T
+        except Exception as e:  # noqa: BLE001
+            self.skipTest(f"transformers not importable: {e}")
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        cfg = T.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=100, pad_token_id=0)
+        for reentrant in (True, False):
+            with self.subTest(use_reentrant=reentrant):
+                torch.manual_seed(0)
+                ref = T.LlamaForCausalLM(cfg).train()
+                model = ft.convert(copy.deepcopy(ref), fuse=True).train()
+                for m in (ref, model):
+                    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+                ids = torch.randint(1, 100, (2, 9))
+                a = ref(input_ids=ids, labels=ids, use_cache=False).loss
+                b = model(input_ids=ids, labels=ids, use_cache=False).loss
+                a.backward()
+                b.backward()
+                self.assertTrue(torch.equal(a, b))
+                for (n, p), q in zip(ref.named_parameters(), model.parameters()):
+                    self.assertIsNotNone(q.grad, n)
+                    self.assertTrue(torch.allclose(p.grad, q.grad, atol=1e-6), n)
+
     def test_sync_batchnorm_conversion(self):
         model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
         sync = ft.SyncBatchNorm.convert_sync_batchnorm(model)

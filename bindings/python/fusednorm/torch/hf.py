@@ -377,10 +377,10 @@ def _hand_on(self, m, h):
     """The layer's last add, with the next norm fused in where there is one:
     the norm's output is stashed for the next norm's call on this very sum."""
     nxt = self.__dict__.get("_fn_next")
-    if nxt is None:
+    if nxt is None or (not M._compiling() and M._saved_tensor_hooks()):
         return h + m
     y, s = add_norm(nxt, m, h)
-    nxt._fn_stash = (s, y, None if M._compiling() else s._version)
+    nxt._fn_stash = (s, y, None if M._compiling() else s._version, torch.is_grad_enabled())
     return s
 
 

@@ -141,15 +141,27 @@ class _Relayout(torch.autograd.Function):
 
 def _take_stash(module, x):
     """The output a fused decoder layer's add & norm computed for this module
-    on this very tensor x (hf.py), or None: taken once, and (eager) only
-    while x is unmodified. Plain attributes and an identity test, which
-    torch.compile traces without a graph break."""
+    on this very tensor x (hf.py), or None: taken once, only while x is
+    unmodified and under the grad mode it was computed in (a reentrant
+    activation checkpoint runs the layer without grad and hands on the same
+    tensor: its norm output has no graph). Plain attributes and an identity
+    test, which torch.compile traces without a graph break."""
     st = module._fn_stash
     if st is None:
         return None
     module._fn_stash = None
-    s, y, version = st
-    return y if s is x and (version is None or x._version == version) else None
+    s, y, version, grad = st
+    if s is x and (version is None or x._version == version) and grad == torch.is_grad_enabled() \
+            and not _saved_tensor_hooks():
+        return y
+    return None
+
+
+def _saved_tensor_hooks() -> bool:
+    """Saved-tensor hooks are active: a non-reentrant activation checkpoint
+    (whose recomputation must save what the first pass saved, so a layer may
+    not take another layer's norm output) or activation offloading."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def _norm_flags(zero_centered, round_xhat) -> int:
