@@ -32,9 +32,11 @@ backward: the sum's gradient added in). The mid-layer pair is fused in each
 layer; the layer's last add is fused with the next layer's input norm (or the
 model's final norm): the layer returns the real sum, and the norm output it
 computed is handed to the next norm, which takes it only when its input is
-that very tensor, unmodified (else it computes as usual). Layers are taken by class name and their
-forward's source must have the expected statements in order; anything else
-is left, with the reason in the report.
+that very tensor, unmodified, under the same grad mode and with no
+saved-tensor hooks active (activation checkpointing); else it computes as
+usual. Layers are taken by class name and their forward's source must have
+the expected statements in order; anything else is left, with the reason in
+the report.
 
 Under torch.compile the swapped norms and fused layers run transformers' own
 code: Inductor fuses each norm with the add before it and the casts around
