@@ -56,6 +56,13 @@ struct DeviceBuffer {
   void poison() { CUDA_OK(cudaMemset(p, 0xFF, bytes)); }  // NaN in every dtype
 };
 
+// `bytes` of device memory at d copied to the host.
+inline std::vector<unsigned char> to_host(const void *d, size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  CUDA_OK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
 // Runs fn(i) for i in [0, n) on all host cores (the references are heavy).
 template <class Fn>
 void parallel_for(int64_t n, Fn fn) {

@@ -44,19 +44,6 @@ using namespace fnorm_test;
 
 namespace {
 
-Tolerance tol_for(fnorm_dtype_t t) {
-  switch (t) {
-    case FNORM_DTYPE_FLOAT32: return {5e-5, 5e-5};
-    case FNORM_DTYPE_FLOAT16: return {1e-3, 1e-3};
-    default: return {8e-3, 8e-3};
-  }
-}
-
-std::vector<unsigned char> to_host(const void *d, size_t bytes) {
-  std::vector<unsigned char> h(bytes);
-  CUDA_OK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
-  return h;
-}
 
 enum Affine { kNone = 0, kGammaBeta = 1, kGammaOnly = 2, kBetaOnly = 3 };
 
@@ -112,7 +99,7 @@ bool check_rows(const Case &c, const std::vector<int64_t> &rows, const unsigned 
                 int64_t x_stride, const unsigned char *hy, int64_t y_stride,
                 const unsigned char *hg, const unsigned char *hb, fnorm_dtype_t wdt,
                 const float *hmean, const float *hrstd, double eps) {
-  const Tolerance tol = tol_for(c.dtype);
+  const Tolerance tol = norm_tolerance(c.dtype);
   std::vector<RowResult> res(rows.size());
   std::vector<double> g(c.cols), b(c.cols);
   for (int64_t j = 0; j < c.cols; ++j) {
@@ -400,7 +387,7 @@ void run_bwd_case(Ctx &ctx, const BwdCase &c) {
   std::vector<double> dg_ref(c.cols, 0.0), db_ref(c.cols, 0.0), dg_abs(c.cols, 0.0), db_abs(c.cols, 0.0);
   std::vector<double> worst(c.rows, 0.0);
   std::vector<std::vector<double>> dg_parts(std::thread::hardware_concurrency() + 1);
-  const Tolerance tol = tol_for(c.dtype);
+  const Tolerance tol = norm_tolerance(c.dtype);
   std::mutex mu;
   parallel_for(c.rows, [&](int64_t r) {
     std::vector<double> xr(c.cols), dyr(c.cols), dsr(c.cols), dxr(c.cols), mag(c.cols);
@@ -437,7 +424,7 @@ void run_bwd_case(Ctx &ctx, const BwdCase &c) {
     std::fprintf(stderr, "FAIL %s: dx off by %.2fx the tolerance\n", c.str().c_str(), worst_dx);
     ok = false;
   }
-  const Tolerance wtol = tol_for(wdt);
+  const Tolerance wtol = norm_tolerance(wdt);
   double worst_w = 0;
   for (int64_t j = 0; j < c.cols; ++j) {
     const double gdg = load_host(first_dg.data(), wdt, j);

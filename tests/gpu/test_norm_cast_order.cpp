@@ -65,19 +65,6 @@ using namespace fnorm_test;
 
 namespace {
 
-Tolerance tol_for(fnorm_dtype_t t) {
-  switch (t) {
-    case FNORM_DTYPE_FLOAT32: return {5e-5, 5e-5};
-    case FNORM_DTYPE_FLOAT16: return {1e-3, 1e-3};
-    default: return {8e-3, 8e-3};
-  }
-}
-
-std::vector<unsigned char> to_host(const void *d, size_t bytes) {
-  std::vector<unsigned char> h(bytes);
-  CUDA_OK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
-  return h;
-}
 
 std::vector<float> floats(const void *d, int64_t n) {
   std::vector<float> h(static_cast<size_t>(n));
@@ -443,7 +430,7 @@ void run_bwd(Ctx &ctx, const Case &c) {
   for (int64_t j = 0; j < c.cols; ++j) gd[j] = in.g[j];
   // Per column: sum of dy * round_T(x_hat) and of its |terms|.
   std::vector<double> dg_ref(c.cols, 0.0), dg_mag(c.cols, 0.0);
-  const Tolerance tol = tol_for(c.dtype);
+  const Tolerance tol = norm_tolerance(c.dtype);
   std::atomic<int64_t> bad_rows{0};
   std::mutex mu;
   parallel_for(c.rows, [&](int64_t r) {
@@ -473,7 +460,7 @@ void run_bwd(Ctx &ctx, const Case &c) {
     for (int64_t j = 0; j < c.cols; ++j) dg_ref[j] += dgr[j], dg_mag[j] += dgm[j];
   });
   ok = ok && bad_rows == 0;
-  const Tolerance wtol = tol_for(c.wdt());
+  const Tolerance wtol = norm_tolerance(c.wdt());
   for (int64_t j = 0; j < c.cols && ok; ++j) {
     const double got = load_host(dg[1].data(), c.wdt(), j);
     if (!within(got, dg_ref[j], {1e-5 * dg_mag[j] + 1e-6, wtol.rtol})) ok = fail(c, "dgamma", j, got, dg_ref[j]);
