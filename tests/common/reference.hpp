@@ -5,8 +5,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "fusednorm.h"
-
 namespace fnorm_test {
 
 // LayerNorm of one row of n values: exact two-pass mean/variance in double.
@@ -35,15 +33,6 @@ struct Tolerance {
   double atol;
   double rtol;
 };
-
-// The LayerNorm / RMSNorm GPU tests' tolerance for outputs of dtype t.
-inline Tolerance norm_tolerance(fnorm_dtype_t t) {
-  switch (t) {
-    case FNORM_DTYPE_FLOAT32: return {5e-5, 5e-5};
-    case FNORM_DTYPE_FLOAT16: return {1e-3, 1e-3};
-    default: return {8e-3, 8e-3};
-  }
-}
 
 inline bool within(double got, double ref, Tolerance t) {
   if (!std::isfinite(got)) return false;

@@ -38,6 +38,7 @@
 #include "fusednorm.h"
 #include "gpu_util.hpp"
 #include "halfbits.hpp"
+#include "norm_tolerance.hpp"
 #include "reference.hpp"
 
 using namespace fnorm_test;

@@ -58,6 +58,7 @@
 #include "fusednorm.h"
 #include "gpu_util.hpp"
 #include "halfbits.hpp"
+#include "norm_tolerance.hpp"
 #include "quant_reference.hpp"
 #include "reference.hpp"
 
