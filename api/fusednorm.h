@@ -784,6 +784,161 @@ FNORM_API fnorm_status_t fnorm_batchnorm_bwd(
     float *dbeta, void *workspace, size_t workspace_bytes);
 
 /* ------------------------------------------------------------------------ */
+/* GroupNorm (+ SiLU, + per-sample scale / shift)                           */
+/* ------------------------------------------------------------------------ */
+
+/* GroupNorm splits the C channels of each sample into G groups of C / G
+ * consecutive channels and normalizes each (sample, group) over its
+ * C / G * spatial values, with fp32 math whatever the data's dtype:
+ *   mean, var (biased) over the group,  rstd = 1 / sqrt(var + eps),
+ *   v = (x - mean) * rstd * gamma_c + beta_c                (torch.nn.GroupNorm)
+ *   v = v * (1 + scale[n, c]) + shift[n, c]     when scale / shift are given
+ *   y = v, or y = silu(v) = v / (1 + exp(-v))    with the SILU activation
+ * (diffusers' ResnetBlock2D with time_embedding_norm "scale_shift" computes
+ * exactly this: norm, then `* (1 + scale) + shift`, then the nonlinearity).
+ * y is rounded to its dtype once, at the end. Inference runs the same forward. */
+
+/** The activation after the normalization. Values are explicit and never renumbered. */
+typedef enum fnorm_gn_activation {
+  FNORM_GN_ACTIVATION_NONE = 0, /* y = v */
+  FNORM_GN_ACTIVATION_SILU = 1  /* y = v * sigmoid(v) (torch.nn.SiLU) */
+} fnorm_gn_activation_t;
+
+/** A GroupNorm's group count, epsilon and activation (fnorm_groupnorm_desc_create). */
+typedef struct fnorm_groupnorm_desc *fnorm_groupnorm_desc_t;
+
+/** Create a GroupNorm descriptor with defaults: 32 groups, epsilon 1e-5,
+ *  activation NONE (torch.nn.GroupNorm(32, C)).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; ALLOC_FAILED. */
+FNORM_API fnorm_status_t fnorm_groupnorm_desc_create(fnorm_groupnorm_desc_t *desc);
+
+/** Destroy a GroupNorm descriptor. NULL is accepted. */
+FNORM_API fnorm_status_t fnorm_groupnorm_desc_destroy(fnorm_groupnorm_desc_t desc);
+
+/** Set the number of groups (>= 1; the launch checks that it divides C),
+ *  epsilon (finite, >= 0, representable in fp32; added to the variance) and
+ *  the activation.
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM (naming the value). */
+FNORM_API fnorm_status_t fnorm_groupnorm_desc_set(fnorm_groupnorm_desc_t desc, int64_t groups,
+                                                  double epsilon,
+                                                  fnorm_gn_activation_t activation);
+
+/** Read a GroupNorm descriptor back. Output pointers may be NULL. */
+FNORM_API fnorm_status_t fnorm_groupnorm_desc_get(fnorm_groupnorm_desc_t desc, int64_t *groups,
+                                                  double *epsilon,
+                                                  fnorm_gn_activation_t *activation);
+
+/* Tensors of the GroupNorm calls.
+ *  x_desc: rank >= 2, sizes [N, C, spatial...] whatever the layout (NCHW,
+ *    NCDHW, [N, C, L], [N, C]), dtype fp32, fp16 or bf16. Two layouts, told
+ *    apart by the strides as for BatchNorm: channels-first, packed row-major,
+ *    and channels-last (NHWC / NDHWC: C contiguous, then the spatial
+ *    dimensions, then N). Strides of dimensions of size 1 are ignored; any
+ *    other layout (a slice, padding) is NOT_SUPPORTED: the caller makes the
+ *    tensor contiguous in one of the two layouts. G must divide C
+ *    (BAD_PARAM_SHAPE otherwise).
+ *  y, dy, dx: the sizes, dtype and layout of x.
+ *  w_desc, gamma, beta: each optional (gamma = 1, beta = 0); w_desc
+ *    describes both: C packed values ([C], or C with dimensions of size 1
+ *    around it), dtype x's or FLOAT32; required when gamma or beta is given.
+ *  ss_desc, scale, shift: the per-sample modulation, each optional (scale = 0
+ *    and shift = 0: nothing is applied); ss_desc describes both: sizes
+ *    [N, C] or [N, C, 1, ...] with any strides (the halves of diffusers'
+ *    `temb.chunk(2, dim=1)` are views with a row stride of 2 C), dtype x's or
+ *    FLOAT32; required when scale or shift is given.
+ *  mean, rstd: fp32, N * G values each, indexed n * G + g.
+ *  Data pointers need only their element's alignment: wider accesses are
+ *    used when pointers and sizes allow.
+ *  workspace: at least the call's size query's bytes, 16-byte aligned
+ *    (cudaMalloc's are); NULL when the query answers 0.
+ *  Each (sample, group) statistic is split over as many thread blocks as the
+ *  device needs to be filled (batch 1 with 32 groups runs on every SM), and
+ *  combined in a fixed order: the same bits run to run on the same device. */
+
+/** Scratch bytes fnorm_groupnorm_fwd needs (per-split partial statistics and
+ *  their counters) on the handle's device; depends on the descriptor, x_desc
+ *  and the device's properties only. Touches no GPU.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_groupnorm_fwd. */
+FNORM_API fnorm_status_t fnorm_groupnorm_fwd_workspace_size(fnorm_handle_t handle,
+                                                            fnorm_groupnorm_desc_t gn,
+                                                            fnorm_tensor_desc_t x_desc,
+                                                            size_t *workspace_bytes);
+
+/** GroupNorm forward (training and inference alike): y from x as above;
+ *  mean and rstd (optional outputs) receive each (sample, group)'s mean and
+ *  1 / sqrt(var + eps) for the backward.
+ *  Aliasing: y may be the very same tensor as x (in place); any other
+ *    overlap involving an output (y, mean, rstd, workspace) is BAD_PARAM.
+ *  Empty tensors: N = 0 or no spatial values: nothing is written (mean and
+ *    rstd included: a group of no values has no statistics) and nothing is
+ *    enqueued; C = 0 is BAD_PARAM_SHAPE (no group can divide it).
+ *  Returns SUCCESS; BAD_PARAM_NULL_POINTER; BAD_PARAM_SHAPE; BAD_PARAM;
+ *  INSUFFICIENT_WORKSPACE; NOT_SUPPORTED (layout); NOT_SUPPORTED_BUILD (a
+ *  dtype left out of this build); CUDA_ERROR. Stream-ordered; thread-safe
+ *  with a shared handle; descriptors are only read. */
+FNORM_API fnorm_status_t fnorm_groupnorm_fwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                             fnorm_groupnorm_desc_t gn,
+                                             fnorm_tensor_desc_t x_desc, const void *x,
+                                             fnorm_tensor_desc_t w_desc, const void *gamma,
+                                             const void *beta,
+                                             fnorm_tensor_desc_t ss_desc, const void *scale,
+                                             const void *shift,
+                                             fnorm_tensor_desc_t y_desc, void *y,
+                                             float *mean, float *rstd,
+                                             void *workspace, size_t workspace_bytes);
+
+/** Scratch bytes fnorm_groupnorm_bwd needs (per-split partial sums, reduced
+ *  in a fixed order). w_desc / ss_desc NULL: no dgamma / dbeta, no dscale /
+ *  dshift will be asked for (a smaller answer). Touches no GPU.
+ *  Returns SUCCESS; BAD_PARAM_*; NOT_SUPPORTED as fnorm_groupnorm_bwd. */
+FNORM_API fnorm_status_t fnorm_groupnorm_bwd_workspace_size(fnorm_handle_t handle,
+                                                            fnorm_groupnorm_desc_t gn,
+                                                            fnorm_tensor_desc_t x_desc,
+                                                            fnorm_tensor_desc_t w_desc,
+                                                            fnorm_tensor_desc_t ss_desc,
+                                                            size_t *workspace_bytes);
+
+/** GroupNorm backward from the forward's saved statistics, the gradient of
+ *  the function the forward computed with the same descriptor and
+ *  arguments. With x_hat = (x - mean) * rstd, v0 = x_hat * gamma_c + beta_c,
+ *  v = v0 * (1 + scale) + shift and du = dy (NONE) or
+ *  du = dy * sigmoid(v) * (1 + v * (1 - sigmoid(v))) (SILU: v is recomputed
+ *  from x, no saved y is needed):
+ *    dshift[n, c] = sum over the spatial values of du,
+ *    dscale[n, c] = sum of du * v0,
+ *    dbeta_c  = sum over samples and spatial values of du * (1 + scale),
+ *    dgamma_c = sum of du * (1 + scale) * x_hat,
+ *    with g = du * (1 + scale) * gamma_c, per (sample, group) of m values:
+ *    dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)).
+ *  Every sum is deterministic: the same bits run to run on the same device.
+ *  x, dy, mean, rstd: required (mean / rstd as the forward wrote them).
+ *  gamma, beta, scale, shift: the forward's (NULL: gamma = 1, the others 0);
+ *    beta and shift are read only with SILU.
+ *  dgamma, dbeta: optional outputs described by w_desc (its dtype);
+ *    dscale, dshift: optional outputs described by ss_desc (its strides).
+ *    Each descriptor is required when one of its outputs is asked for.
+ *  Aliasing: dx may be the very same tensor as dy or x (in place); any other
+ *    overlap involving an output (dx, dgamma, dbeta, dscale, dshift,
+ *    workspace) is BAD_PARAM.
+ *  Empty tensors: with no spatial values or N = 0, dx is empty, and dgamma,
+ *    dbeta, dscale, dshift (those given and with elements) are written with
+ *    zeros, the sums over no values; x, dy, mean, rstd may then be NULL.
+ *  Returns as fnorm_groupnorm_fwd. */
+FNORM_API fnorm_status_t fnorm_groupnorm_bwd(fnorm_handle_t handle, fnorm_stream_t stream,
+                                             fnorm_groupnorm_desc_t gn,
+                                             fnorm_tensor_desc_t x_desc, const void *x,
+                                             fnorm_tensor_desc_t dy_desc, const void *dy,
+                                             const float *mean, const float *rstd,
+                                             fnorm_tensor_desc_t w_desc, const void *gamma,
+                                             const void *beta,
+                                             fnorm_tensor_desc_t ss_desc, const void *scale,
+                                             const void *shift,
+                                             fnorm_tensor_desc_t dx_desc, void *dx,
+                                             void *dgamma, void *dbeta,
+                                             void *dscale, void *dshift,
+                                             void *workspace, size_t workspace_bytes);
+
+/* ------------------------------------------------------------------------ */
 /* Fully-connected layer (cuBLASLt)                                         */
 /* ------------------------------------------------------------------------ */
 
