@@ -335,6 +335,36 @@ class Compile(unittest.TestCase):
                                                               torch.float32 if mode == 0 else x.dtype))
                 self.assertEqual(ops.norm(x, w, b, mode, 2, 1e-5, 0).stride(), y.stride())
 
+    def test_batchnorm_fake_under_a_dynamic_batch(self):
+        """Under symbolic sizes (Dynamo recompiling with a dynamic batch) the
+        training forward's fake answers the reserve size as an expression of
+        x's own symbols: an unbacked size would be a pending symbol that the
+        compiled graph never returns (the autograd node saves the reserve)."""
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch._dynamo.source import LocalSource
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+        ops = torch.ops.fusednorm
+        env = ShapeEnv()
+        mode = FakeTensorMode(shape_env=env)
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] + [DimDynamic.STATIC] * 3)
+        x = mode.from_tensor(torch.empty(5, 8, 3, 7, device="meta", dtype=torch.float16),
+                             source=LocalSource("x"), symbolic_context=ctx)
+        with mode:
+            self.assertIsInstance(x.shape[0], torch.SymInt)
+            for epilogue, want in ((0, lambda n: 0), (1, lambda n: (max(n, 1) * 168 + 31) // 32 * 4)):
+                *_, reserve = ops.bn_fwd_train(x, None, None, None, None, None, None, 0.1, 1e-5, epilogue, 0, 0)
+                size = reserve.shape[0]
+                self.assertFalse(env.pending_fresh_unbacked_symbols, f"epilogue {epilogue}: an unbacked size")
+                if isinstance(size, torch.SymInt):
+                    self.assertLessEqual(size.node.expr.free_symbols, x.shape[0].node.expr.free_symbols)
+                    for n in (2, 5, 33):  # (Dynamo specializes batches 0 and 1: concrete sizes)
+                        got = int(size.node.expr.subs(x.shape[0].node.expr, n))
+                        self.assertEqual(got, want(n), f"epilogue {epilogue}, batch {n}")
+                else:
+                    self.assertEqual(size, want(5))
+
 
 if __name__ == "__main__":
     print(f"torch {torch.__version__}; C++ ops: {ft.ops_available()} ({ft.ops_unavailable_reason()})")

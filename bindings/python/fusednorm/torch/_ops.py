@@ -152,7 +152,16 @@ def _register_fakes() -> None:
 
     def _reserve_bytes(x, epilogue, eps, momentum, comm, sync_flags):
         if not _concrete(x.shape, x.stride()):
-            return torch.library.get_ctx().new_dynamic_size()
+            # Symbolic sizes (a dynamic batch): the op's engine is AUTO, whose
+            # reserve is NATIVE's (fnorm_batchnorm_reserve_space_size): none
+            # without a ReLU, else one bit per element in 32-bit words, an empty
+            # batch counted as one sample. A size in x's symbols, not an
+            # unbacked one: the autograd node saves the reserve, which is not
+            # among the compiled graph's outputs.
+            if int(epilogue) == 0:
+                return 0
+            elements = torch.sym_max(x.shape[0], 1) * math.prod(x.shape[1:])
+            return (elements + 31) // 32 * 4
         dims = (1,) + tuple(x.shape[1:]) if x.shape[0] == 0 else tuple(x.shape)
         desc = _bn._bn_desc(int(epilogue), float(eps), 1 if momentum < 0 else 0,
                             0.0 if momentum < 0 else float(momentum), 0, comm or None, int(sync_flags))
