@@ -211,6 +211,79 @@ class Host(unittest.TestCase):
                 self.assertFalse(torch.equal(y, torch.rms_norm(x, (64,), None, torch.finfo(dtype).eps)), str(dtype))
 
 
+class GroupNormHost(unittest.TestCase):
+    """GroupNorm without a GPU: torch.nn's computation on CPU tensors, the
+    swap, the FX GroupNorm -> SiLU fusion and the diffusers fusions."""
+
+    def test_module_is_torchs_on_cpu(self):
+        torch.manual_seed(0)
+        ref = nn.GroupNorm(4, 12)
+        nn.init.normal_(ref.weight)
+        nn.init.normal_(ref.bias)
+        ours = ft.GroupNorm(4, 12)
+        ours.load_state_dict(ref.state_dict())
+        self.assertEqual(list(ours.state_dict()), list(ref.state_dict()))
+        x = torch.randn(3, 12, 5, 7)
+        self.assertTrue(torch.equal(ours(x), ref(x)))
+        scale, shift = torch.randn(3, 24, 1, 1).chunk(2, dim=1)
+        want = F.silu(ref(x) * (1 + scale) + shift)
+        self.assertTrue(torch.equal(ft.group_norm(x, 4, ref.weight, ref.bias, 1e-5, activation="silu", scale=scale,
+                                                  shift=shift), want))
+        with self.assertRaises(ValueError):
+            ft.GroupNorm(4, 12, activation="relu")
+        with self.assertRaises(RuntimeError):  # torch's own error: 5 groups do not divide 12 channels
+            ft.group_norm(x, 5)
+
+    def test_convert_fuses_groupnorm_silu(self):
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = nn.GroupNorm(2, 8)
+                self.act = nn.SiLU()
+                self.conv = nn.Conv2d(8, 8, 3, padding=1)
+                self.norm2 = nn.GroupNorm(4, 8)
+
+            def forward(self, x):
+                h = self.conv(self.act(self.norm(x)))
+                return F.silu(self.norm2(h)) + x
+
+        torch.manual_seed(1)
+        model = Block()
+        ref = copy.deepcopy(model)
+        x = torch.randn(2, 8, 6, 6)
+        out = ft.convert(model, fuse=True)
+        self.assertEqual((type(model.norm), model.norm.activation, model.norm2.activation),
+                         (ft.GroupNorm, "silu", "silu"))
+        self.assertEqual(out.fused_epilogues, 2)
+        self.assertTrue(torch.allclose(out(x), ref(x), rtol=1e-6, atol=1e-6))
+
+    def test_diffusers_vae_fusion(self):
+        try:
+            from diffusers import AutoencoderKL
+        except Exception as e:  # noqa: BLE001
+            self.skipTest(f"diffusers is not importable here ({type(e).__name__})")
+        torch.manual_seed(2)
+        vae = AutoencoderKL(block_out_channels=[32, 64], down_block_types=["DownEncoderBlock2D"] * 2,
+                            up_block_types=["UpDecoderBlock2D"] * 2, layers_per_block=1, latent_channels=4,
+                            norm_num_groups=8, sample_size=32).eval()
+        ref = copy.deepcopy(vae)
+        z = torch.randn(1, 4, 8, 8)
+        out = ft.convert(vae, fuse=True)
+        self.assertIs(out, vae)  # not FX-traceable: the model itself, fused in place
+        report = vae.fusednorm_report
+        resnets = [n for n, m in vae.named_modules() if type(m).__name__ == "FusedResnetBlock2D"]
+        n_resnets = sum(type(m).__name__ == "ResnetBlock2D" for m in ref.modules())
+        self.assertEqual(len(resnets), n_resnets, str(report))
+        self.assertIsInstance(vae.decoder.conv_act, nn.Identity)
+        self.assertEqual(vae.decoder.conv_norm_out.activation, "silu")
+        self.assertFalse(any(type(m) is nn.GroupNorm for m in vae.modules()), str(report))
+        with torch.no_grad():
+            self.assertTrue(torch.equal(vae.decode(z).sample, ref.decode(z).sample))
+        self.assertEqual(set(vae.state_dict()), set(ref.state_dict()))
+        import pickle
+        again = pickle.loads(pickle.dumps(vae))
+        self.assertEqual(type(again.decoder.up_blocks[0].resnets[0]).__name__, "FusedResnetBlock2D")
+
 class BuildTool(unittest.TestCase):
     def test_compiles_in_a_fresh_interpreter(self):
         # `python -m fusednorm.torch.build` imports fusednorm.torch first, which
@@ -310,6 +383,34 @@ class Compile(unittest.TestCase):
             calls = [args for target, args in nodes if target == "fusednorm.norm"]
             self.assertEqual(len(calls), 1, f"{what}: fusednorm.norm is not in the compiled graph: {nodes}")
             self.assertEqual(tuple(calls[0][3:6]), mode_axis_eps, what)
+
+    def test_compiled_group_norm_calls_the_op(self):
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        bf16 = torch.bfloat16
+        nodes = self.graph(lambda: ft.GroupNorm(4, 16, device="cuda", dtype=bf16, activation="silu"),
+                           ((2, 16, 5, 5), bf16))
+        calls = [args for target, args in nodes if target == "fusednorm.group_norm"]
+        self.assertEqual(len(calls), 1, f"fusednorm.group_norm is not in the compiled graph: {nodes}")
+        self.assertEqual((calls[0][1], calls[0][7]), (4, 1))  # groups, SiLU
+
+    def test_group_norm_fakes(self):
+        if not ft.ops_available():
+            self.skipTest(f"the C++ ops are not built: {ft.ops_unavailable_reason()}")
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        ops = torch.ops.fusednorm
+        with FakeTensorMode():
+            x = torch.randn(2, 8, 3, 5, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+            w = torch.randn(8, device="cuda")
+            sc, sh = torch.randn(2, 16, 1, 1, device="cuda", dtype=torch.bfloat16).chunk(2, dim=1)
+            y, mean, rstd = ops.group_norm_fwd(x, 4, w, w, sc, sh, 1e-5, 1)
+            self.assertEqual((y.shape, y.stride()), (x.shape, x.stride()))
+            self.assertEqual((tuple(mean.shape), rstd.dtype), ((8,), torch.float32))
+            dx, dw, db, ds, dh = ops.group_norm_bwd(y, x, mean, rstd, 4, w, w, sc, sh, 1, True, True, True, True)
+            self.assertEqual((dx.stride(), dw.shape, dw.dtype, ds.shape, ds.dtype),
+                             (x.stride(), (8,), torch.float32, (2, 8), torch.bfloat16))
+            xs = torch.randn(2, 8, 3, 10, device="cuda")[..., :5]  # neither layout: contiguous output
+            self.assertTrue(ops.group_norm(xs, 4, None, None, None, None, 1e-5, 0).is_contiguous())
 
     def test_norm_fakes(self):
         """The norm ops' fake kernels promise what ops.cpp returns: y and dx

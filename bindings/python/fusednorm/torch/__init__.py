@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """libfusednorm as PyTorch modules: drop-in subclasses of torch.nn's
-LayerNorm, RMSNorm, BatchNorm1d/2d/3d, SyncBatchNorm and Linear, and
+LayerNorm, RMSNorm, BatchNorm1d/2d/3d, SyncBatchNorm, GroupNorm and Linear, and
 `convert(model, fuse=False)` that swaps them into a model, Hugging Face
 transformers' norms included (with fuse=True it fuses their decoder layers'
 residual adds with the norms, and rewrites BN->ReLU and BN->add->ReLU into
@@ -14,14 +14,15 @@ torch.nn.functional.
 """
 from . import _ops
 from .convert import convert, fuse, swap
+from .groupnorm import GroupNorm, group_norm
 from .hf import ConvertReport
 from .modules import (AddLayerNorm, AddRMSNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Linear, LayerNorm, RMSNorm,
                       SyncBatchNorm, add_layer_norm, add_rms_norm)
 from .quant import layer_norm_quant, rms_norm_quant
 
 __all__ = ["LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm", "add_layer_norm", "add_rms_norm", "BatchNorm1d",
-           "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Linear", "convert", "fuse", "swap", "ConvertReport",
-           "ops_available", "ops_unavailable_reason", "layer_norm_quant", "rms_norm_quant"]
+           "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "GroupNorm", "group_norm", "Linear", "convert", "fuse",
+           "swap", "ConvertReport", "ops_available", "ops_unavailable_reason", "layer_norm_quant", "rms_norm_quant"]
 
 
 def ops_available() -> bool:

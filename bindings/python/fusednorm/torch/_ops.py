@@ -197,6 +197,34 @@ def _register_fakes() -> None:
                     sync_flags):
         return torch.empty_like(x)
 
+    def _gn_like(x):
+        # ops.cpp's group_norm: x's layout when it is one of the library's two, else contiguous
+        if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)) or \
+                (x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)):
+            return torch.empty_like(x)
+        return x.new_empty(x.shape)
+
+    @lib.register_fake("fusednorm::group_norm_fwd")
+    def _group_norm_fwd(x, groups, weight, bias, scale, shift, eps, act):
+        f32 = dict(dtype=torch.float32, device=x.device)
+        return _gn_like(x), x.new_empty((x.shape[0] * groups,), **f32), x.new_empty((x.shape[0] * groups,), **f32)
+
+    @lib.register_fake("fusednorm::group_norm_bwd")
+    def _group_norm_bwd(dy, x, mean, rstd, groups, weight, bias, scale, shift, act, need_dweight, need_dbias,
+                        need_dscale, need_dshift):
+        n, c = x.shape[0], x.shape[1]
+        w = weight if weight is not None else bias
+        s = scale if scale is not None else shift
+        dw = x.new_empty((c,), dtype=w.dtype) if need_dweight and weight is not None else x.new_empty((0,))
+        db = x.new_empty((c,), dtype=w.dtype) if need_dbias and bias is not None else x.new_empty((0,))
+        ds = x.new_empty((n, c), dtype=s.dtype) if need_dscale and scale is not None else x.new_empty((0,))
+        dh = x.new_empty((n, c), dtype=s.dtype) if need_dshift and shift is not None else x.new_empty((0,))
+        return _gn_like(x), dw, db, ds, dh
+
+    @lib.register_fake("fusednorm::group_norm")
+    def _group_norm(x, groups, weight, bias, scale, shift, eps, act):
+        return _gn_like(x)
+
     def _aux_bytes(y, act, has_bias):
         if act == 0:
             return 0

@@ -3,8 +3,8 @@
 
 Swapping changes each module's class in place (its parameters and buffers,
 hence optimizer state and state_dict, stay the very same tensors): the
-torch.nn classes replaced are LayerNorm, RMSNorm, BatchNorm1d/2d/3d and
-SyncBatchNorm (exact classes only: a user's subclass is left alone), and the
+torch.nn classes replaced are LayerNorm, RMSNorm, BatchNorm1d/2d/3d,
+SyncBatchNorm and GroupNorm (exact classes only: a user's subclass is left alone), and the
 norms of Hugging Face transformers models (LlamaRMSNorm, GemmaRMSNorm, ...:
 see hf.py), each in its family's rounding order and checked against its own
 forward before it is kept.
@@ -17,9 +17,14 @@ nothing (`swap(model)` still swaps every exact class, Linear included).
 fuse=True also
 - fuses the residual adds of Hugging Face decoder layers (Llama, Mistral,
   Qwen2/3, Phi3, Gemma 1/2/3) with the norms that read them (hf.py);
+- fuses GroupNorm -> SiLU (and the time embedding's scale / shift between
+  them) in diffusers' ResnetBlock2D and conv_norm_out -> conv_act of its
+  encoders, decoders and UNets (groupnorm.py; diffusers' models are not
+  FX-traceable);
 - rewrites, with torch.fx, `h = a + b` feeding a LayerNorm / RMSNorm into
   one add & norm (pre-norm blocks written with torch.nn), BN -> ReLU into
-  BN with the ReLU epilogue,
+  BN with the ReLU epilogue, GroupNorm -> SiLU (nn.SiLU, F.silu, Tensor.silu)
+  into GroupNorm with the SiLU activation,
   BN -> (+ residual) -> ReLU into BN+Add+ReLU, and Linear (with a bias) ->
   ReLU / GELU(approximate="tanh") into the Linear's epilogue, where the
   module is called once and its output (and the sum's) feeds only the
@@ -42,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from . import groupnorm as G
 from . import hf
 from . import modules as M
 
@@ -53,6 +59,7 @@ _SWAPS = {
     nn.BatchNorm3d: M.BatchNorm3d,
     nn.SyncBatchNorm: M.SyncBatchNorm,
     nn.Linear: M.Linear,
+    nn.GroupNorm: G.GroupNorm,
 }
 _OURS = tuple(set(_SWAPS.values()))
 log = logging.getLogger("fusednorm.torch")
@@ -67,7 +74,7 @@ def swap(model: nn.Module, linear: bool = True) -> nn.Module:
         if new is None or (new is M.Linear and not linear):
             continue
         mod.__class__ = new
-        if new in _BN or new is M.Linear:
+        if new in _BN or new is M.Linear or new is G.GroupNorm:
             mod.activation = None
         else:
             mod.zero_centered = False
@@ -96,6 +103,16 @@ def _gelu_tanh(node, gm) -> bool:
         return isinstance(m, nn.GELU) and m.approximate == "tanh"
     if node.op == "call_function" and node.target is F.gelu:
         return len(node.args) == 1 and node.kwargs.get("approximate") == "tanh"
+    return False
+
+
+def _is_silu(node, gm) -> bool:
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)) is nn.SiLU
+    if node.op == "call_function":
+        return node.target in (F.silu, torch.nn.functional.silu) and len(node.args) == 1
+    if node.op == "call_method":
+        return node.target in ("silu", "silu_") and len(node.args) == 1
     return False
 
 
@@ -140,6 +157,12 @@ def fuse(model: nn.Module, linear: bool = True) -> fx.GraphModule:
                 user.replace_all_uses_with(n)
                 gm.graph.erase_node(user)
                 fused += 1
+            continue
+        if type(bn) is G.GroupNorm and bn.activation is None and _is_silu(user, gm):
+            bn.activation = "silu"
+            user.replace_all_uses_with(n)
+            gm.graph.erase_node(user)
+            fused += 1
             continue
         if not isinstance(bn, _BN) or bn.activation is not None:
             continue
@@ -216,9 +239,11 @@ def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
     out = model
     if fuse:
         hf.fuse_layers(model, report)
+        G.fuse_diffusers(model, report)
         # The FX rewrite only where it has something to fuse (a traced copy of
         # a model with nothing to fuse would only add a GraphModule layer).
         if any(isinstance(m, _BN) or type(m) in (M.LayerNorm, M.RMSNorm) or
+               (type(m) is G.GroupNorm and m.activation is None) or
                (type(m) in (nn.Linear, M.Linear) and m.bias is not None) for m in model.modules()):
             try:
                 out = globals()["fuse"](model, linear)
@@ -228,7 +253,8 @@ def convert(model: nn.Module, fuse: bool = False, linear: bool = True):
                                     f"({type(e).__name__}: {msg})")
             else:
                 if out.fused_epilogues:
-                    report.fused.append(("", f"{out.fused_epilogues} epilogues (BN+ReLU, BN+Add+ReLU, Linear+act)"))
+                    report.fused.append(("", f"{out.fused_epilogues} epilogues (BN+ReLU, BN+Add+ReLU, Linear+act, "
+                                             f"GroupNorm+SiLU)"))
                 if out.fused_add_norms:
                     report.fused.append(("", f"{out.fused_add_norms} residual adds with the norms that read them"))
         if out is model:
