@@ -57,7 +57,7 @@ if [ "$what" != bench ]; then
          "contract_b:tests/torch/test_torch_contract.py:300:nn.BatchNorm1d,nn.BatchNorm2d"
          "contract_c:tests/torch/test_torch_contract.py:300:nn.BatchNorm3d"
          "modules:tests/torch/test_torch_modules.py:300:" "host:tests/torch/test_torch_host.py:120:"
-         "hf:tests/torch/test_torch_hf.py:400:")
+         "hf:tests/torch/test_torch_hf.py:400:" "groupnorm:tests/torch/test_torch_groupnorm.py:300:")
   for spec in "${specs[@]}"; do
     IFS=: read -r n f lim part <<< "$spec"
     [ -n "${ONLY_TESTS:-}" ] && [[ " $ONLY_TESTS " != *" $f "* ]] && continue
