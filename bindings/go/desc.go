@@ -10,8 +10,8 @@ import "C"
 import "runtime"
 
 // cdesc is what every descriptor type (TensorDesc, NormDesc, BatchNormDesc,
-// LinearDesc) is made of: the C object, the lock its users hold, the runtime
-// cleanup that destroys one dropped without Close, and how to name and
+// GroupNormDesc, LinearDesc) is made of: the C object, the lock its users
+// hold, the runtime cleanup that destroys one dropped without Close, and how to name and
 // destroy it. Its methods take a nil *cdesc (a nil descriptor argument).
 type cdesc[P comparable] struct {
 	object

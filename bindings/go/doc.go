@@ -2,8 +2,9 @@
 
 // Package fusednorm is the Go binding of libfusednorm, fused normalization
 // kernels for NVIDIA GPUs (LayerNorm / RMSNorm, BatchNorm with ReLU and
-// Add+ReLU epilogues, SyncBatchNorm over the caller's NCCL communicator, a
-// cuBLASLt fully-connected layer), over its C ABI (api/fusednorm.h) alone.
+// Add+ReLU epilogues, SyncBatchNorm over the caller's NCCL communicator,
+// GroupNorm with SiLU and a per-sample scale / shift, a cuBLASLt
+// fully-connected layer), over its C ABI (api/fusednorm.h) alone.
 //
 // The C API's rules carry over: create a [Handle] bound to a device,
 // describe tensors with descriptors, ask each op how much workspace it

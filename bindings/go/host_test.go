@@ -341,6 +341,111 @@ func TestBatchNormDesc(t *testing.T) {
 	}
 }
 
+func TestGroupNormDesc(t *testing.T) {
+	gd, err := NewGroupNormDesc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gd.Close()
+	// The header's defaults: torch.nn.GroupNorm(32, C).
+	if g, eps, act, err := gd.Get(); err != nil || g != 32 || eps != 1e-5 || act != GNActivationNone {
+		t.Errorf("defaults %v %v %v %v", g, eps, act, err)
+	}
+	for _, act := range []GNActivation{GNActivationSiLU, GNActivationNone, GNActivationSiLU} {
+		if err := gd.Set(7, 1e-6, act); err != nil {
+			t.Fatal(err)
+		}
+		if g, eps, got, err := gd.Get(); err != nil || g != 7 || eps != 1e-6 || got != act {
+			t.Errorf("Get after Set(7, 1e-6, %d): %v %v %v %v", act, g, eps, got, err)
+		}
+	}
+	// Refusals: BAD_PARAM, the library's message naming the argument, the
+	// descriptor unchanged.
+	bad := []struct {
+		name   string
+		groups int64
+		eps    float64
+		act    GNActivation
+		word   string
+	}{
+		{"0 groups", 0, 1e-5, GNActivationNone, "groups"},
+		{"negative groups", -3, 1e-5, GNActivationNone, "groups"},
+		{"NaN epsilon", 32, math.NaN(), GNActivationNone, "epsilon"},
+		{"negative epsilon", 32, -1e-5, GNActivationNone, "epsilon"},
+		{"infinite epsilon", 32, math.Inf(1), GNActivationNone, "epsilon"},
+		{"epsilon beyond fp32", 32, 1e300, GNActivationNone, "epsilon"},
+		{"unknown activation", 32, 1e-5, GNActivation(2), "activation"},
+		{"negative activation", 32, 1e-5, GNActivation(-1), "activation"},
+	}
+	for _, c := range bad {
+		err := gd.Set(c.groups, c.eps, c.act)
+		var fe *Error
+		if !errors.As(err, &fe) || fe.Status != StatusBadParam || fe.Op != "fnorm_groupnorm_desc_set" {
+			t.Errorf("%s: Set = %v, want a BAD_PARAM *Error from fnorm_groupnorm_desc_set", c.name, err)
+			continue
+		}
+		if !strings.Contains(fe.Message, c.word) {
+			t.Errorf("%s: message %q does not name %s", c.name, fe.Message, c.word)
+		}
+		if g, eps, act, _ := gd.Get(); g != 7 || eps != 1e-6 || act != GNActivationSiLU {
+			t.Errorf("%s: a refused Set changed the descriptor to %v %v %v", c.name, g, eps, act)
+		}
+	}
+	if _, err := NewGroupNorm(0, 1e-5, GNActivationSiLU); !errors.Is(err, ErrBadParam) || !strings.Contains(err.Error(), "groups") {
+		t.Errorf("NewGroupNorm with 0 groups: %v", err)
+	}
+	if g1, err := NewGroupNorm(1, 0, GNActivationSiLU); err != nil {
+		t.Errorf("NewGroupNorm(1, 0, SiLU): %v", err)
+	} else {
+		g1.Close()
+	}
+	// Closed and nil descriptors are errors, never a crash.
+	gd.Close()
+	if err := gd.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := gd.Set(4, 1e-5, GNActivationNone); !errors.Is(err, ErrBadParam) {
+		t.Errorf("closed GroupNormDesc.Set: %v", err)
+	}
+	if _, _, _, err := gd.Get(); !errors.Is(err, ErrBadParam) {
+		t.Errorf("closed GroupNormDesc.Get: %v", err)
+	}
+	var ngd *GroupNormDesc
+	if err := ngd.Set(4, 1e-5, GNActivationNone); !errors.Is(err, ErrNullPointer) {
+		t.Errorf("nil GroupNormDesc.Set: %v", err)
+	}
+	if _, _, _, err := ngd.Get(); !errors.Is(err, ErrBadParam) {
+		t.Errorf("nil GroupNormDesc.Get: %v", err)
+	}
+	if err := ngd.Close(); err != nil {
+		t.Errorf("nil GroupNormDesc.Close: %v", err)
+	}
+	// Launches and size queries with a nil handle or nil arguments.
+	var nh *Handle
+	x, _ := NewTensor(Float16, []int64{2, 64, 3, 3}, nil)
+	defer x.Close()
+	g2, _ := NewGroupNormDesc()
+	defer g2.Close()
+	if _, err := nh.GroupNormFwdWorkspaceSize(g2, x); !errors.Is(err, ErrNullPointer) {
+		t.Errorf("GroupNormFwdWorkspaceSize nil handle: %v", err)
+	}
+	if _, err := nh.GroupNormBwdWorkspaceSize(g2, x, nil, nil); !errors.Is(err, ErrNullPointer) {
+		t.Errorf("GroupNormBwdWorkspaceSize nil handle: %v", err)
+	}
+	if err := nh.GroupNormFwd(0, &GroupNormFwd{GN: g2, XDesc: x, YDesc: x}); !errors.Is(err, ErrBadParam) {
+		t.Errorf("GroupNormFwd nil handle: %v", err)
+	}
+	if err := nh.GroupNormFwd(0, nil); !errors.Is(err, ErrNullPointer) {
+		t.Errorf("GroupNormFwd nil args: %v", err)
+	}
+	if err := nh.GroupNormBwd(0, &GroupNormBwd{}); !errors.Is(err, ErrBadParam) {
+		t.Errorf("GroupNormBwd nil handle: %v", err)
+	}
+	if err := nh.GroupNormBwd(0, nil); !errors.Is(err, ErrNullPointer) {
+		t.Errorf("GroupNormBwd nil args: %v", err)
+	}
+}
+
 func TestLinearDesc(t *testing.T) {
 	ld, err := NewLinearDesc()
 	if errors.Is(err, ErrNotSupportedBuild) {
@@ -461,6 +566,8 @@ func TestCleanupSafetyNet(t *testing.T) {
 		_ = nd
 		bd, _ := NewBatchNormDesc()
 		_ = bd
+		gd, _ := NewGroupNormDesc()
+		_ = gd
 	}
 	runtime.GC()
 	runtime.GC()

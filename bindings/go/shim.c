@@ -228,6 +228,64 @@ fnorm_status_t gofn_batchnorm_bwd(fnorm_handle_t handle, uintptr_t stream,
                                       (void *)dz, (float *)dgamma, (float *)dbeta,
                                       (void *)workspace, workspace_bytes), msg);
 }
+fnorm_status_t gofn_groupnorm_desc_create(fnorm_groupnorm_desc_t *desc, char **msg) {
+  return gofn_ret(fnorm_groupnorm_desc_create(desc), msg);
+}
+fnorm_status_t gofn_groupnorm_desc_destroy(fnorm_groupnorm_desc_t desc, char **msg) {
+  return gofn_ret(fnorm_groupnorm_desc_destroy(desc), msg);
+}
+fnorm_status_t gofn_groupnorm_desc_set(fnorm_groupnorm_desc_t desc, int64_t groups, double epsilon,
+                                       fnorm_gn_activation_t activation, char **msg) {
+  return gofn_ret(fnorm_groupnorm_desc_set(desc, groups, epsilon, activation), msg);
+}
+fnorm_status_t gofn_groupnorm_desc_get(fnorm_groupnorm_desc_t desc, int64_t *groups,
+                                       double *epsilon, fnorm_gn_activation_t *activation,
+                                       char **msg) {
+  return gofn_ret(fnorm_groupnorm_desc_get(desc, groups, epsilon, activation), msg);
+}
+fnorm_status_t gofn_groupnorm_fwd_workspace_size(fnorm_handle_t handle, fnorm_groupnorm_desc_t gn,
+                                                 fnorm_tensor_desc_t x_desc,
+                                                 size_t *workspace_bytes, char **msg) {
+  return gofn_ret(fnorm_groupnorm_fwd_workspace_size(handle, gn, x_desc, workspace_bytes), msg);
+}
+fnorm_status_t gofn_groupnorm_fwd(fnorm_handle_t handle, uintptr_t stream,
+                                  fnorm_groupnorm_desc_t gn, fnorm_tensor_desc_t x_desc,
+                                  uintptr_t x, fnorm_tensor_desc_t w_desc, uintptr_t gamma,
+                                  uintptr_t beta, fnorm_tensor_desc_t ss_desc, uintptr_t scale,
+                                  uintptr_t shift, fnorm_tensor_desc_t y_desc, uintptr_t y,
+                                  uintptr_t mean, uintptr_t rstd, uintptr_t workspace,
+                                  size_t workspace_bytes, char **msg) {
+  return gofn_ret(fnorm_groupnorm_fwd(handle, (fnorm_stream_t)stream, gn, x_desc, (const void *)x,
+                                      w_desc, (const void *)gamma, (const void *)beta, ss_desc,
+                                      (const void *)scale, (const void *)shift, y_desc, (void *)y,
+                                      (float *)mean, (float *)rstd, (void *)workspace,
+                                      workspace_bytes), msg);
+}
+fnorm_status_t gofn_groupnorm_bwd_workspace_size(fnorm_handle_t handle, fnorm_groupnorm_desc_t gn,
+                                                 fnorm_tensor_desc_t x_desc,
+                                                 fnorm_tensor_desc_t w_desc,
+                                                 fnorm_tensor_desc_t ss_desc,
+                                                 size_t *workspace_bytes, char **msg) {
+  return gofn_ret(fnorm_groupnorm_bwd_workspace_size(handle, gn, x_desc, w_desc, ss_desc,
+                                                     workspace_bytes), msg);
+}
+fnorm_status_t gofn_groupnorm_bwd(fnorm_handle_t handle, uintptr_t stream,
+                                  fnorm_groupnorm_desc_t gn, fnorm_tensor_desc_t x_desc,
+                                  uintptr_t x, fnorm_tensor_desc_t dy_desc, uintptr_t dy,
+                                  uintptr_t mean, uintptr_t rstd, fnorm_tensor_desc_t w_desc,
+                                  uintptr_t gamma, uintptr_t beta, fnorm_tensor_desc_t ss_desc,
+                                  uintptr_t scale, uintptr_t shift, fnorm_tensor_desc_t dx_desc,
+                                  uintptr_t dx, uintptr_t dgamma, uintptr_t dbeta, uintptr_t dscale,
+                                  uintptr_t dshift, uintptr_t workspace, size_t workspace_bytes,
+                                  char **msg) {
+  return gofn_ret(fnorm_groupnorm_bwd(handle, (fnorm_stream_t)stream, gn, x_desc, (const void *)x,
+                                      dy_desc, (const void *)dy, (const float *)mean,
+                                      (const float *)rstd, w_desc, (const void *)gamma,
+                                      (const void *)beta, ss_desc, (const void *)scale,
+                                      (const void *)shift, dx_desc, (void *)dx, (void *)dgamma,
+                                      (void *)dbeta, (void *)dscale, (void *)dshift,
+                                      (void *)workspace, workspace_bytes), msg);
+}
 fnorm_status_t gofn_linear_desc_create(fnorm_linear_desc_t *desc, char **msg) {
   return gofn_ret(fnorm_linear_desc_create(desc), msg);
 }

@@ -124,6 +124,37 @@ fnorm_status_t gofn_batchnorm_bwd(fnorm_handle_t handle, uintptr_t stream,
                                   size_t reserve_bytes, fnorm_tensor_desc_t dx_desc, uintptr_t dx,
                                   uintptr_t dz, uintptr_t dgamma, uintptr_t dbeta,
                                   uintptr_t workspace, size_t workspace_bytes, char **msg);
+fnorm_status_t gofn_groupnorm_desc_create(fnorm_groupnorm_desc_t *desc, char **msg);
+fnorm_status_t gofn_groupnorm_desc_destroy(fnorm_groupnorm_desc_t desc, char **msg);
+fnorm_status_t gofn_groupnorm_desc_set(fnorm_groupnorm_desc_t desc, int64_t groups, double epsilon,
+                                       fnorm_gn_activation_t activation, char **msg);
+fnorm_status_t gofn_groupnorm_desc_get(fnorm_groupnorm_desc_t desc, int64_t *groups,
+                                       double *epsilon, fnorm_gn_activation_t *activation,
+                                       char **msg);
+fnorm_status_t gofn_groupnorm_fwd_workspace_size(fnorm_handle_t handle, fnorm_groupnorm_desc_t gn,
+                                                 fnorm_tensor_desc_t x_desc,
+                                                 size_t *workspace_bytes, char **msg);
+fnorm_status_t gofn_groupnorm_fwd(fnorm_handle_t handle, uintptr_t stream,
+                                  fnorm_groupnorm_desc_t gn, fnorm_tensor_desc_t x_desc,
+                                  uintptr_t x, fnorm_tensor_desc_t w_desc, uintptr_t gamma,
+                                  uintptr_t beta, fnorm_tensor_desc_t ss_desc, uintptr_t scale,
+                                  uintptr_t shift, fnorm_tensor_desc_t y_desc, uintptr_t y,
+                                  uintptr_t mean, uintptr_t rstd, uintptr_t workspace,
+                                  size_t workspace_bytes, char **msg);
+fnorm_status_t gofn_groupnorm_bwd_workspace_size(fnorm_handle_t handle, fnorm_groupnorm_desc_t gn,
+                                                 fnorm_tensor_desc_t x_desc,
+                                                 fnorm_tensor_desc_t w_desc,
+                                                 fnorm_tensor_desc_t ss_desc,
+                                                 size_t *workspace_bytes, char **msg);
+fnorm_status_t gofn_groupnorm_bwd(fnorm_handle_t handle, uintptr_t stream,
+                                  fnorm_groupnorm_desc_t gn, fnorm_tensor_desc_t x_desc,
+                                  uintptr_t x, fnorm_tensor_desc_t dy_desc, uintptr_t dy,
+                                  uintptr_t mean, uintptr_t rstd, fnorm_tensor_desc_t w_desc,
+                                  uintptr_t gamma, uintptr_t beta, fnorm_tensor_desc_t ss_desc,
+                                  uintptr_t scale, uintptr_t shift, fnorm_tensor_desc_t dx_desc,
+                                  uintptr_t dx, uintptr_t dgamma, uintptr_t dbeta, uintptr_t dscale,
+                                  uintptr_t dshift, uintptr_t workspace, size_t workspace_bytes,
+                                  char **msg);
 fnorm_status_t gofn_linear_desc_create(fnorm_linear_desc_t *desc, char **msg);
 fnorm_status_t gofn_linear_desc_destroy(fnorm_linear_desc_t desc, char **msg);
 fnorm_status_t gofn_linear_desc_set(fnorm_linear_desc_t desc, fnorm_linear_epilogue_t epilogue,

@@ -62,6 +62,14 @@ var symbolUsers = map[string]string{
 	"fnorm_batchnorm_fwd_infer":                "Handle.BatchNormFwdInfer",
 	"fnorm_batchnorm_bwd_workspace_size":       "Handle.BatchNormBwdWorkspaceSize",
 	"fnorm_batchnorm_bwd":                      "Handle.BatchNormBwd",
+	"fnorm_groupnorm_desc_create":              "NewGroupNormDesc",
+	"fnorm_groupnorm_desc_destroy":             "NewGroupNormDesc", // Close calls the destroy bound here (desc.go)
+	"fnorm_groupnorm_desc_set":                 "GroupNormDesc.Set",
+	"fnorm_groupnorm_desc_get":                 "GroupNormDesc.Get",
+	"fnorm_groupnorm_fwd_workspace_size":       "Handle.GroupNormFwdWorkspaceSize",
+	"fnorm_groupnorm_fwd":                      "Handle.GroupNormFwd",
+	"fnorm_groupnorm_bwd_workspace_size":       "Handle.GroupNormBwdWorkspaceSize",
+	"fnorm_groupnorm_bwd":                      "Handle.GroupNormBwd",
 	"fnorm_linear_desc_create":                 "NewLinearDesc",
 	"fnorm_linear_desc_destroy":                "NewLinearDesc", // Close calls the destroy bound here (desc.go)
 	"fnorm_linear_desc_set":                    "LinearDesc.Set",

@@ -238,6 +238,119 @@ class Host(unittest.TestCase):
         self.assertIn("handle", fn.last_error_message())
 
 
+class GroupNormHost(unittest.TestCase):
+    """GroupNorm's descriptor and refusals through the binding, no GPU needed."""
+
+    def test_enum_matches_header(self):
+        self.assertEqual(header_enum("fnorm_gn_activation"), {a.name: a.value for a in fn.GnActivation})
+
+    def test_desc_round_trip(self):
+        gd = fn.GroupNormDesc()
+        self.assertEqual(gd.get(), (32, 1e-5, fn.GnActivation.NONE))  # torch.nn.GroupNorm(32, C)
+        for act in fn.GnActivation:
+            gd.set(7, 1e-6, act)
+            self.assertEqual(gd.get(), (7, 1e-6, act))
+        self.assertEqual(fn.GroupNormDesc(1, 0.0, fn.GnActivation.SILU).get(), (1, 0.0, fn.GnActivation.SILU))
+        self.assertEqual(fn.groupnorm._gn_desc(4, 1e-6, 1).get(), (4, 1e-6, fn.GnActivation.SILU))
+
+    def test_refusals_name_the_argument(self):
+        gd = fn.GroupNormDesc(7, 1e-6, fn.GnActivation.SILU)
+        for args, word in (((0, 1e-5, 0), "groups"), ((-3, 1e-5, 0), "groups"),
+                           ((32, float("nan"), 0), "epsilon"), ((32, -1e-5, 0), "epsilon"),
+                           ((32, float("inf"), 0), "epsilon"), ((32, 1e300, 0), "epsilon"),
+                           ((32, 1e-5, 2), "activation")):
+            with self.subTest(args=args):
+                with self.assertRaises(fn.FusedNormError) as cm:
+                    gd.set(*args)
+                self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM)
+                self.assertIn(word, cm.exception.message)
+                self.assertIn("fnorm_groupnorm_desc_set", cm.exception.message)
+                self.assertEqual(gd.get(), (7, 1e-6, fn.GnActivation.SILU), "a refused set changed the descriptor")
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.GroupNormDesc(groups=0)
+        self.assertIn("groups", str(cm.exception))
+
+    def test_null_handle_is_named(self):
+        gd = fn.GroupNormDesc()
+        x = fn.TensorDesc(fn.DType.FLOAT16, [2, 64, 5, 5])
+        ws = ctypes.c_size_t(12345)
+        st = fn.lib.fnorm_groupnorm_fwd_workspace_size(None, gd.ptr, x.ptr, ctypes.byref(ws))
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        st = fn.lib.fnorm_groupnorm_bwd_workspace_size(None, gd.ptr, x.ptr, None, None, ctypes.byref(ws))
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        self.assertEqual(ws.value, 12345, "nothing is written on failure")
+        st = fn.lib.fnorm_groupnorm_fwd(None, None, gd.ptr, x.ptr, 0x1000, None, None, None, None, None, None,
+                                        x.ptr, 0x2000, None, None, None, 0)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+        st = fn.lib.fnorm_groupnorm_bwd(None, None, gd.ptr, x.ptr, 0x1000, x.ptr, 0x2000, 0x2800, 0x3000, None, None,
+                                        None, None, None, None, x.ptr, 0x4000, None, None, None, None, None, 0)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("handle", fn.last_error_message())
+
+    def test_queries_validate_and_name_the_argument(self):
+        h = handle_or_skip(self)
+        x = fn.TensorDesc(fn.DType.BFLOAT16, [2, 64, 9, 7])
+        nhwc = fn.TensorDesc(fn.DType.BFLOAT16, [2, 64, 9, 7], [64 * 63, 1, 64 * 7, 64])
+        w32 = fn.TensorDesc(fn.DType.FLOAT32, [64])
+        ss = fn.TensorDesc(fn.DType.BFLOAT16, [2, 64, 1, 1], [128, 1, 1, 1])  # a chunk of [N, 2C]
+        for act in fn.GnActivation:
+            gd = fn.GroupNormDesc(32, 1e-6, act)
+            for xd in (x, nhwc):
+                with self.subTest(activation=act, layout=xd.get()[2]):
+                    self.assertGreaterEqual(fn.groupnorm_fwd_workspace_size(h, gd, xd), 0)
+                    full = fn.groupnorm_bwd_workspace_size(h, gd, xd, w32, ss)
+                    self.assertGreaterEqual(full, fn.groupnorm_bwd_workspace_size(h, gd, xd))
+        # Batch 1 with 32 groups is split over the device: partial statistics
+        # need scratch.
+        big = fn.TensorDesc(fn.DType.BFLOAT16, [1, 512, 128, 128])
+        self.assertGreater(fn.groupnorm_fwd_workspace_size(h, fn.GroupNormDesc(), big), 0)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.groupnorm_fwd_workspace_size(h, fn.GroupNormDesc(5), x)  # 5 groups do not divide 64 channels
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM_SHAPE)
+        self.assertIn("group", cm.exception.message)
+        sliced = fn.TensorDesc(fn.DType.BFLOAT16, [2, 64, 9, 6], [64 * 63, 63, 7, 1])
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.groupnorm_fwd_workspace_size(h, fn.GroupNormDesc(), sliced)
+        self.assertEqual(cm.exception.status, fn.Status.NOT_SUPPORTED)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.groupnorm_bwd_workspace_size(h, fn.GroupNormDesc(), x, fn.TensorDesc(fn.DType.FLOAT32, [63]))
+        self.assertEqual(fn.lib.fnorm_status_category(cm.exception.status), fn.Status.BAD_PARAM)
+        self.assertIn("w_desc", cm.exception.message)
+        with self.assertRaises(fn.FusedNormError) as cm:
+            fn.groupnorm_bwd_workspace_size(h, fn.GroupNormDesc(), x, None, fn.TensorDesc(fn.DType.FLOAT32, [3, 64]))
+        self.assertEqual(fn.lib.fnorm_status_category(cm.exception.status), fn.Status.BAD_PARAM)
+        self.assertIn("ss_desc", cm.exception.message)
+        st = fn.lib.fnorm_groupnorm_fwd_workspace_size(h.ptr, fn.GroupNormDesc().ptr, x.ptr, None)
+        self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
+        self.assertIn("workspace_bytes", fn.last_error_message())
+
+    def test_empty_tensors(self):
+        """N = 0 or no spatial values: the size queries answer 0 and the
+        launches succeed with NULL data pointers (what empty torch tensors
+        give); dgamma & co. written with zeros are checked on the GPU by
+        test_python_groupnorm_gpu.py."""
+        h = handle_or_skip(self)
+        gd = fn.GroupNormDesc(4, 1e-5, fn.GnActivation.SILU)
+        for dims in ([0, 8, 3, 3], [2, 8, 0]):
+            with self.subTest(dims=dims):
+                x = fn.TensorDesc(fn.DType.FLOAT16, dims)
+                self.assertEqual(fn.groupnorm_fwd_workspace_size(h, gd, x), 0)  # the header's "Empty tensors"
+                self.assertEqual(fn.groupnorm_bwd_workspace_size(h, gd, x), 0)
+                st = fn.lib.fnorm_groupnorm_fwd(h.ptr, None, gd.ptr, x.ptr, None, None, None, None, None, None, None,
+                                                x.ptr, None, None, None, None, 0)
+                self.assertEqual(st, fn.Status.SUCCESS, fn.last_error_message())
+                st = fn.lib.fnorm_groupnorm_bwd(h.ptr, None, gd.ptr, x.ptr, None, x.ptr, None, None, None, None,
+                                                None, None, None, None, None, x.ptr, None, None, None, None, None,
+                                                None, 0)
+                self.assertEqual(st, fn.Status.SUCCESS, fn.last_error_message())
+        with self.assertRaises(fn.FusedNormError) as cm:  # C = 0: no group count divides it
+            fn.groupnorm_fwd_workspace_size(h, gd, fn.TensorDesc(fn.DType.FLOAT16, [2, 0, 3]))
+        self.assertEqual(cm.exception.status, fn.Status.BAD_PARAM_SHAPE)
+
+
 class WorkspaceQueries(unittest.TestCase):
     """Size queries take a handle (their answer may depend on the device), so
     these need a GPU; they touch none beyond creating the handle."""

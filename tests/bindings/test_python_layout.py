@@ -112,7 +112,8 @@ class PackageLayout(unittest.TestCase):
         self.assertNotRegex(src, r"\ndef ")
         self.assertNotIn("ctypes.", src)
         for name in ("layer_norm", "rms_norm", "norm_backward", "batch_norm_train", "batch_norm_infer",
-                     "batch_norm_backward", "Handle", "TensorDesc", "NormDesc", "BatchNormDesc", "check"):
+                     "batch_norm_backward", "group_norm", "group_norm_backward", "Handle", "TensorDesc", "NormDesc",
+                     "BatchNormDesc", "GroupNormDesc", "check"):
             self.assertTrue(callable(getattr(fn, name)), name)
         self.assertTrue(callable(fn.linear.linear))
 

@@ -44,6 +44,12 @@ pub struct fnorm_batchnorm_desc {
 }
 pub type fnorm_batchnorm_desc_t = *mut fnorm_batchnorm_desc;
 #[repr(C)]
+pub struct fnorm_groupnorm_desc {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+pub type fnorm_groupnorm_desc_t = *mut fnorm_groupnorm_desc;
+#[repr(C)]
 pub struct fnorm_linear_desc {
     _data: [u8; 0],
     _marker: PhantomData<(*mut u8, PhantomPinned)>,
@@ -102,6 +108,9 @@ pub const FNORM_BN_ENGINE_CUDNN: fnorm_bn_engine_t = 2;
 pub type fnorm_bn_sync_flag_t = c_uint;
 pub const FNORM_BN_SYNC_NONE: fnorm_bn_sync_flag_t = 0;
 pub const FNORM_BN_SYNC_GLOBAL_WEIGHT_GRADS: fnorm_bn_sync_flag_t = 1;
+pub type fnorm_gn_activation_t = c_uint;
+pub const FNORM_GN_ACTIVATION_NONE: fnorm_gn_activation_t = 0;
+pub const FNORM_GN_ACTIVATION_SILU: fnorm_gn_activation_t = 1;
 pub type fnorm_linear_epilogue_t = c_uint;
 pub const FNORM_LINEAR_EPILOGUE_NONE: fnorm_linear_epilogue_t = 0;
 pub const FNORM_LINEAR_EPILOGUE_BIAS: fnorm_linear_epilogue_t = 1;
@@ -156,6 +165,14 @@ extern "C" {
     pub fn fnorm_batchnorm_fwd_infer(handle: fnorm_handle_t, stream: fnorm_stream_t, bn: fnorm_batchnorm_desc_t, x_desc: fnorm_tensor_desc_t, x: *const c_void, z: *const c_void, gamma: *const f32, beta: *const f32, running_mean: *const f32, running_var: *const f32, y_desc: fnorm_tensor_desc_t, y: *mut c_void, workspace: *mut c_void, workspace_bytes: usize) -> fnorm_status_t;
     pub fn fnorm_batchnorm_bwd_workspace_size(handle: fnorm_handle_t, bn: fnorm_batchnorm_desc_t, x_desc: fnorm_tensor_desc_t, workspace_bytes: *mut usize) -> fnorm_status_t;
     pub fn fnorm_batchnorm_bwd(handle: fnorm_handle_t, stream: fnorm_stream_t, bn: fnorm_batchnorm_desc_t, x_desc: fnorm_tensor_desc_t, x: *const c_void, dy_desc: fnorm_tensor_desc_t, dy: *const c_void, y: *const c_void, gamma: *const f32, beta: *const f32, saved_mean: *const f32, saved_invstd: *const f32, reserve: *const c_void, reserve_bytes: usize, dx_desc: fnorm_tensor_desc_t, dx: *mut c_void, dz: *mut c_void, dgamma: *mut f32, dbeta: *mut f32, workspace: *mut c_void, workspace_bytes: usize) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_desc_create(desc: *mut fnorm_groupnorm_desc_t) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_desc_destroy(desc: fnorm_groupnorm_desc_t) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_desc_set(desc: fnorm_groupnorm_desc_t, groups: i64, epsilon: f64, activation: fnorm_gn_activation_t) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_desc_get(desc: fnorm_groupnorm_desc_t, groups: *mut i64, epsilon: *mut f64, activation: *mut fnorm_gn_activation_t) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_fwd_workspace_size(handle: fnorm_handle_t, gn: fnorm_groupnorm_desc_t, x_desc: fnorm_tensor_desc_t, workspace_bytes: *mut usize) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_fwd(handle: fnorm_handle_t, stream: fnorm_stream_t, gn: fnorm_groupnorm_desc_t, x_desc: fnorm_tensor_desc_t, x: *const c_void, w_desc: fnorm_tensor_desc_t, gamma: *const c_void, beta: *const c_void, ss_desc: fnorm_tensor_desc_t, scale: *const c_void, shift: *const c_void, y_desc: fnorm_tensor_desc_t, y: *mut c_void, mean: *mut f32, rstd: *mut f32, workspace: *mut c_void, workspace_bytes: usize) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_bwd_workspace_size(handle: fnorm_handle_t, gn: fnorm_groupnorm_desc_t, x_desc: fnorm_tensor_desc_t, w_desc: fnorm_tensor_desc_t, ss_desc: fnorm_tensor_desc_t, workspace_bytes: *mut usize) -> fnorm_status_t;
+    pub fn fnorm_groupnorm_bwd(handle: fnorm_handle_t, stream: fnorm_stream_t, gn: fnorm_groupnorm_desc_t, x_desc: fnorm_tensor_desc_t, x: *const c_void, dy_desc: fnorm_tensor_desc_t, dy: *const c_void, mean: *const f32, rstd: *const f32, w_desc: fnorm_tensor_desc_t, gamma: *const c_void, beta: *const c_void, ss_desc: fnorm_tensor_desc_t, scale: *const c_void, shift: *const c_void, dx_desc: fnorm_tensor_desc_t, dx: *mut c_void, dgamma: *mut c_void, dbeta: *mut c_void, dscale: *mut c_void, dshift: *mut c_void, workspace: *mut c_void, workspace_bytes: usize) -> fnorm_status_t;
     pub fn fnorm_linear_desc_create(desc: *mut fnorm_linear_desc_t) -> fnorm_status_t;
     pub fn fnorm_linear_desc_destroy(desc: fnorm_linear_desc_t) -> fnorm_status_t;
     pub fn fnorm_linear_desc_set(desc: fnorm_linear_desc_t, epilogue: fnorm_linear_epilogue_t, weight_layout: fnorm_linear_weight_layout_t, flags: u32) -> fnorm_status_t;

@@ -115,6 +115,11 @@ descriptor!(
     LinearDesc, fnorm_linear_desc, fnorm_linear_desc_create, fnorm_linear_desc_destroy
 );
 
+descriptor!(
+    /// GroupNorm settings: groups, epsilon, activation.
+    GroupNormDesc, fnorm_groupnorm_desc, fnorm_groupnorm_desc_create, fnorm_groupnorm_desc_destroy
+);
+
 /// What a tensor descriptor holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
@@ -327,6 +332,43 @@ impl BatchNormDesc {
         let mut f = 0u32;
         check(unsafe { sys::fnorm_batchnorm_desc_get_comm(self.as_raw(), &mut c, &mut f) })?;
         Ok((c, BnSyncFlags::from_library(f)))
+    }
+}
+
+/// What a GroupNorm descriptor holds.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct GroupNormConfig {
+    pub groups: i64,
+    pub epsilon: f64,
+    pub activation: GnActivation,
+}
+
+impl GroupNormDesc {
+    /// Defaults: 32 groups, epsilon 1e-5, activation None
+    /// (torch.nn.GroupNorm(32, C)).
+    pub fn new() -> Result<GroupNormDesc> {
+        Ok(GroupNormDesc { raw: create(sys::fnorm_groupnorm_desc_create, "fnorm_groupnorm_desc_create")? })
+    }
+
+    /// A descriptor with `set(groups, epsilon, activation)` applied.
+    pub fn with(groups: i64, epsilon: f64, activation: GnActivation) -> Result<GroupNormDesc> {
+        let mut d = GroupNormDesc::new()?;
+        d.set(groups, epsilon, activation)?;
+        Ok(d)
+    }
+
+    /// `fnorm_groupnorm_desc_set`: groups >= 1 (the launch checks that it
+    /// divides C), epsilon finite, >= 0 and representable in fp32. On
+    /// failure (BAD_PARAM naming the value) the descriptor is unchanged.
+    pub fn set(&mut self, groups: i64, epsilon: f64, activation: GnActivation) -> Result<()> {
+        check(unsafe { sys::fnorm_groupnorm_desc_set(self.as_raw(), groups, epsilon, activation.raw()) })
+    }
+
+    /// `fnorm_groupnorm_desc_get`.
+    pub fn get(&self) -> Result<GroupNormConfig> {
+        let (mut g, mut eps, mut act) = (0i64, 0f64, 0);
+        check(unsafe { sys::fnorm_groupnorm_desc_get(self.as_raw(), &mut g, &mut eps, &mut act) })?;
+        Ok(GroupNormConfig { groups: g, epsilon: eps, activation: GnActivation::from_library(act)? })
     }
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Safe Rust API of libfusednorm: fused LayerNorm/RMSNorm (with residual
 //! add), BatchNorm (+ReLU / +Add+ReLU, native and cuDNN engines),
-//! SyncBatchNorm over the caller's NCCL communicator, and a cuBLASLt
+//! SyncBatchNorm over the caller's NCCL communicator, GroupNorm (+SiLU,
+//! + per-sample scale / shift), and a cuBLASLt
 //! fully-connected layer, on the caller's CUDA stream.
 //!
 //! The flow is the C API's: create a [`Handle`] (bound to the current
@@ -38,14 +39,14 @@ pub mod ops;
 mod types;
 
 pub use desc::{
-    BatchNormConfig, BatchNormDesc, Handle, LinearConfig, LinearDesc, NcclComm, NormConfig, NormDesc, TensorDesc,
-    TensorInfo, MAX_RANK,
+    BatchNormConfig, BatchNormDesc, GroupNormConfig, GroupNormDesc, Handle, LinearConfig, LinearDesc, NcclComm,
+    NormConfig, NormDesc, TensorDesc, TensorInfo, MAX_RANK,
 };
 pub use error::{last_error_message, Category, Error, Result, Status};
 pub use ops::Stream;
 pub use types::{
-    BnAverage, BnEngine, BnEpilogue, BnSyncFlags, Dtype, LinearEpilogue, LinearFlags, NormFlags, NormMode, QuantScaling,
-    WeightLayout,
+    BnAverage, BnEngine, BnEpilogue, BnSyncFlags, Dtype, GnActivation, LinearEpilogue, LinearFlags, NormFlags, NormMode,
+    QuantScaling, WeightLayout,
 };
 
 /// The raw declarations (`fusednorm-sys`), for what the safe layer does not

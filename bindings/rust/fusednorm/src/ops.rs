@@ -425,6 +425,159 @@ impl Handle {
         ))
     }
 
+    // ---- GroupNorm -----------------------------------------------------
+
+    /// Bytes of workspace [`groupnorm_fwd`](Self::groupnorm_fwd) needs
+    /// (`fnorm_groupnorm_fwd_workspace_size`): per-split partial statistics,
+    /// from the descriptor, x's description and the device alone.
+    pub fn groupnorm_fwd_workspace_size(&self, gn: &GroupNormDesc, x_desc: &TensorDesc) -> Result<usize> {
+        let mut b = 0usize;
+        check(unsafe { sys::fnorm_groupnorm_fwd_workspace_size(self.as_raw(), gn.as_raw(), x_desc.as_raw(), &mut b) })?;
+        Ok(b)
+    }
+
+    /// GroupNorm forward (`fnorm_groupnorm_fwd`), training and inference
+    /// alike: y = act((x - mean) * rstd * gamma + beta) per (sample, group),
+    /// with `* (1 + scale[n, c]) + shift[n, c]` before the activation when
+    /// scale / shift are given. x: [N, C, spatial...] channels-first packed
+    /// or channels-last; y the same.
+    /// `w_desc` describes `gamma` and `beta` (C values, x's dtype or F32),
+    /// `ss_desc` describes `scale` and `shift` ([N, C] or [N, C, 1, ...],
+    /// any strides); each is None when both its pointers are null. `gamma`,
+    /// `beta`, `scale`, `shift`, `mean`, `rstd` may be null; `mean` / `rstd`
+    /// receive N * G fp32 values (index n * G + g) for the backward. `y` may
+    /// be `x` (in place).
+    ///
+    /// # Safety
+    /// See the module documentation.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn groupnorm_fwd(
+        &self,
+        stream: Stream,
+        gn: &GroupNormDesc,
+        x_desc: &TensorDesc,
+        x: *const c_void,
+        w_desc: Option<&TensorDesc>,
+        gamma: *const c_void,
+        beta: *const c_void,
+        ss_desc: Option<&TensorDesc>,
+        scale: *const c_void,
+        shift: *const c_void,
+        y_desc: &TensorDesc,
+        y: *mut c_void,
+        mean: *mut f32,
+        rstd: *mut f32,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> Result<()> {
+        check(sys::fnorm_groupnorm_fwd(
+            self.as_raw(),
+            stream,
+            gn.as_raw(),
+            x_desc.as_raw(),
+            x,
+            opt_tensor(w_desc),
+            gamma,
+            beta,
+            opt_tensor(ss_desc),
+            scale,
+            shift,
+            y_desc.as_raw(),
+            y,
+            mean,
+            rstd,
+            workspace,
+            workspace_bytes,
+        ))
+    }
+
+    /// Bytes of workspace [`groupnorm_bwd`](Self::groupnorm_bwd) needs
+    /// (`fnorm_groupnorm_bwd_workspace_size`); `w_desc` None: no dgamma /
+    /// dbeta, `ss_desc` None: no dscale / dshift will be asked for.
+    pub fn groupnorm_bwd_workspace_size(
+        &self,
+        gn: &GroupNormDesc,
+        x_desc: &TensorDesc,
+        w_desc: Option<&TensorDesc>,
+        ss_desc: Option<&TensorDesc>,
+    ) -> Result<usize> {
+        let mut b = 0usize;
+        check(unsafe {
+            sys::fnorm_groupnorm_bwd_workspace_size(
+                self.as_raw(),
+                gn.as_raw(),
+                x_desc.as_raw(),
+                opt_tensor(w_desc),
+                opt_tensor(ss_desc),
+                &mut b,
+            )
+        })?;
+        Ok(b)
+    }
+
+    /// GroupNorm backward (`fnorm_groupnorm_bwd`) from the forward's saved
+    /// `mean` / `rstd` (required, as are `x` and `dy`), with the forward's
+    /// `gamma`, `beta`, `scale`, `shift` (null: absent; beta and shift are
+    /// read only with SiLU, whose derivative is recomputed from x). `dgamma`,
+    /// `dbeta` (described by `w_desc`), `dscale`, `dshift` (by `ss_desc`)
+    /// are optional outputs; every sum is deterministic. `dx` may be `dy` or
+    /// `x` (in place).
+    ///
+    /// # Safety
+    /// See the module documentation.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn groupnorm_bwd(
+        &self,
+        stream: Stream,
+        gn: &GroupNormDesc,
+        x_desc: &TensorDesc,
+        x: *const c_void,
+        dy_desc: &TensorDesc,
+        dy: *const c_void,
+        mean: *const f32,
+        rstd: *const f32,
+        w_desc: Option<&TensorDesc>,
+        gamma: *const c_void,
+        beta: *const c_void,
+        ss_desc: Option<&TensorDesc>,
+        scale: *const c_void,
+        shift: *const c_void,
+        dx_desc: &TensorDesc,
+        dx: *mut c_void,
+        dgamma: *mut c_void,
+        dbeta: *mut c_void,
+        dscale: *mut c_void,
+        dshift: *mut c_void,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+    ) -> Result<()> {
+        check(sys::fnorm_groupnorm_bwd(
+            self.as_raw(),
+            stream,
+            gn.as_raw(),
+            x_desc.as_raw(),
+            x,
+            dy_desc.as_raw(),
+            dy,
+            mean,
+            rstd,
+            opt_tensor(w_desc),
+            gamma,
+            beta,
+            opt_tensor(ss_desc),
+            scale,
+            shift,
+            dx_desc.as_raw(),
+            dx,
+            dgamma,
+            dbeta,
+            dscale,
+            dshift,
+            workspace,
+            workspace_bytes,
+        ))
+    }
+
     // ---- Fully-connected layer -----------------------------------------
 
     /// Bytes of the aux buffer a training forward with an activation writes

@@ -156,6 +156,16 @@ c_enum! {
     }
 }
 
+c_enum! {
+    /// The activation after GroupNorm (`fnorm_gn_activation_t`).
+    GnActivation: fnorm_gn_activation_t, "fnorm_gn_activation_t" {
+        /// y = v
+        None = FNORM_GN_ACTIVATION_NONE,
+        /// y = v * sigmoid(v) (torch.nn.SiLU)
+        Silu = FNORM_GN_ACTIVATION_SILU,
+    }
+}
+
 macro_rules! c_flags {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $flag:ident = $c:ident),+ $(,)? }) => {
         $(#[$m])*

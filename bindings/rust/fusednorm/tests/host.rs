@@ -142,6 +142,80 @@ fn batchnorm_desc_round_trip_engine_and_comm() {
 }
 
 #[test]
+fn groupnorm_desc_round_trip_and_refusals() {
+    let mut g = GroupNormDesc::new().unwrap();
+    // The header's defaults: torch.nn.GroupNorm(32, C).
+    assert_eq!(g.get().unwrap(), GroupNormConfig { groups: 32, epsilon: 1e-5, activation: GnActivation::None });
+    for act in GnActivation::ALL {
+        g.set(7, 1e-6, *act).unwrap();
+        assert_eq!(g.get().unwrap(), GroupNormConfig { groups: 7, epsilon: 1e-6, activation: *act });
+    }
+    let w = GroupNormDesc::with(1, 0.0, GnActivation::Silu).unwrap();
+    assert_eq!(w.get().unwrap(), GroupNormConfig { groups: 1, epsilon: 0.0, activation: GnActivation::Silu });
+    // Refusals: BAD_PARAM with the library's message naming the argument and
+    // value; the descriptor keeps what it had.
+    let kept = GroupNormConfig { groups: 7, epsilon: 1e-6, activation: GnActivation::Silu };
+    for (groups, eps, word) in [
+        (0i64, 1e-5, "groups"),
+        (-4, 1e-5, "groups"),
+        (i64::MIN, 1e-5, "groups"),
+        (32, f64::NAN, "epsilon"),
+        (32, -1e-5, "epsilon"),
+        (32, f64::INFINITY, "epsilon"),
+        (32, 1e300, "epsilon"), // finite, but not representable in fp32
+    ] {
+        let e = g.set(groups, eps, GnActivation::None).expect_err(&format!("groups {groups}, epsilon {eps}"));
+        assert_eq!(e.status(), Status::BAD_PARAM, "groups {groups}, epsilon {eps}: {e}");
+        assert!(e.message().contains("fnorm_groupnorm_desc_set"), "names the function: {e}");
+        assert!(e.message().contains(word), "groups {groups}, epsilon {eps}: message does not name {word}: {e}");
+        assert_eq!(g.get().unwrap(), kept, "a refused set changed the descriptor");
+    }
+    let e = GroupNormDesc::with(0, 1e-5, GnActivation::None).unwrap_err();
+    assert_eq!(e.category(), Category::BadParam);
+    assert!(e.message().contains("groups"), "{e}");
+    // An activation this binding cannot name reaches the library only through
+    // the raw layer, which refuses it by name.
+    let st = unsafe { sys::fnorm_groupnorm_desc_set(g.as_raw(), 32, 1e-5, 2) };
+    assert_eq!(st, sys::FNORM_STATUS_BAD_PARAM);
+    assert!(last_error_message().contains("activation"), "{}", last_error_message());
+    assert_eq!(g.get().unwrap(), kept);
+    // get's outputs may be NULL; a NULL descriptor is named.
+    let st = unsafe {
+        sys::fnorm_groupnorm_desc_get(g.as_raw(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut())
+    };
+    assert_eq!(st, sys::FNORM_STATUS_SUCCESS);
+    let st = unsafe { sys::fnorm_groupnorm_desc_set(core::ptr::null_mut(), 32, 1e-5, 0) };
+    assert_eq!(st, sys::FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+    assert!(last_error_message().contains("desc"), "{}", last_error_message());
+    assert_eq!(unsafe { sys::fnorm_groupnorm_desc_destroy(core::ptr::null_mut()) }, sys::FNORM_STATUS_SUCCESS);
+}
+
+/// Validation runs on the host before anything touches a device: a NULL
+/// handle is named by the GroupNorm size queries and launches with or
+/// without a GPU (the safe layer cannot express one; the raw layer can).
+#[test]
+fn groupnorm_null_handle_is_named() {
+    let g = GroupNormDesc::new().unwrap();
+    let x = TensorDesc::with(Dtype::F16, &[2, 64, 5, 5], None).unwrap();
+    let mut b = 12345usize;
+    let (nh, nd, np) = (core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut());
+    let st = unsafe { sys::fnorm_groupnorm_fwd_workspace_size(nh, g.as_raw(), x.as_raw(), &mut b) };
+    assert_eq!(st, sys::FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+    assert!(last_error_message().contains("handle"), "{}", last_error_message());
+    let st = unsafe { sys::fnorm_groupnorm_bwd_workspace_size(nh, g.as_raw(), x.as_raw(), nd, nd, &mut b) };
+    assert_eq!(st, sys::FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+    assert!(last_error_message().contains("handle"), "{}", last_error_message());
+    assert_eq!(b, 12345, "nothing is written on failure");
+    let (p, q) = (0x1000usize as *mut core::ffi::c_void, 0x2000usize as *mut f32);
+    let st = unsafe {
+        sys::fnorm_groupnorm_fwd(nh, core::ptr::null_mut(), g.as_raw(), x.as_raw(), p, nd, core::ptr::null(),
+                                 core::ptr::null(), nd, core::ptr::null(), core::ptr::null(), x.as_raw(), p, q, q, np, 0)
+    };
+    assert_eq!(st, sys::FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+    assert!(last_error_message().contains("handle"), "{}", last_error_message());
+}
+
+#[test]
 fn linear_desc_round_trip() {
     let mut l = match LinearDesc::new() {
         Ok(l) => l,
@@ -182,6 +256,9 @@ fn enums_are_checked_conversions() {
     assert_eq!(BnEngine::from_raw(3), None);
     assert_eq!(LinearEpilogue::from_raw(4), None);
     assert_eq!(WeightLayout::from_raw(2), None);
+    assert_eq!(GnActivation::from_raw(sys::FNORM_GN_ACTIVATION_SILU), Some(GnActivation::Silu));
+    assert_eq!(GnActivation::from_raw(2), None);
+    assert_eq!(GnActivation::ALL.len(), 2);
     // Out-of-range values from Rust's side cannot reach the library through
     // the safe layer; through the raw layer the library refuses them.
     let d = TensorDesc::new().unwrap();
@@ -239,6 +316,7 @@ fn types_are_send_and_sync_as_the_header_allows() {
     both::<NormDesc>();
     both::<BatchNormDesc>();
     both::<LinearDesc>();
+    both::<GroupNormDesc>();
     both::<Error>();
 }
 
