@@ -23,7 +23,12 @@ Each case draws, from one seeded generator, an op and everything about it:
     per token, INT8 per token), residual (sum allocated, given, in place),
     the layouts above, y in its own padded layout: codes against torch's
     composition on the float64 norm, either neighbour accepted within the
-    fp32 band of a rounding boundary; per-token scales and amax within it.
+    fp32 band of a rounding boundary; per-token scales and amax within it;
+  - GroupNorm forward + backward: 1 to 32 groups of 1 to 16 channels, rank 2
+    to 5, channels-first and channels-last, parameters in x's dtype, fp32 or
+    absent, SiLU, scale / shift (packed, the halves of temb.chunk(2, 1), one
+    of them alone) in x's dtype or fp32, inputs offset from 0 (the fp32
+    statistics' conditioning), the statistics checked too.
 Every output is poisoned with NaN first, NaN never passes, and every value
 must satisfy |ours - ref| <= bound, where ref is PyTorch in float64 on the
 very (rounded) inputs the library got and the bound is the per-dtype
@@ -787,7 +792,153 @@ def quant_case(r: random.Random) -> str:
     return desc
 
 
-OPS = [("norm", norm_case), ("batchnorm", bn_case), ("linear", linear_case), ("norm_quant", quant_case)]
+# ---------------------------------------------------------------------------
+# GroupNorm (+ SiLU, + per-sample scale / shift)
+# ---------------------------------------------------------------------------
+def gn_reference(x, groups, w, b, sc, sh, eps, silu):
+    """float64: (v0 = group_norm, v = v0 * (1 + scale) + shift, y)."""
+    v0 = F.group_norm(x, groups, w, b, eps)
+    shape = (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2)
+    v = v0
+    if sc is not None:
+        v = v * (1 + sc.reshape(shape))
+    if sh is not None:
+        v = v + sh.reshape(shape)
+    return v0, v, (F.silu(v) if silu else v)
+
+
+def groupnorm_case(r: random.Random) -> str:
+    from fusednorm import groupnorm as gnm
+    dtype = r.choice(DTYPES)
+    n = r.choice([1, 1, 2, 3, 4])
+    groups = r.choice([1, 2, 4, 8, 32])
+    cg = r.choice([1, 1, 2, 3, 4, 8, 16])
+    c = groups * cg
+    rank = r.choice([2, 3, 4, 4, 4, 5])
+    spatial = []
+    budget = max(1, MAX_ELEMS // (n * c))
+    for _ in range(rank - 2):
+        spatial.append(max(1, min(draw_size(r, 64), budget)))
+        budget = max(1, budget // spatial[-1])
+    shape = (n, c, *spatial)
+    layout = r.choice(["cf", "cl"]) if rank in (4, 5) else "cf"
+    pdtype = r.choice([dtype, FP32, None])
+    silu = r.random() < 0.5
+    mod = r.choice([None, "packed", "chunk", "scale", "shift"])
+    eps = r.choice([1e-5, 1e-6, 1e-3])
+    offset = r.choice([0.0, 0.0, 3.0, 100.0])
+    g = torch.Generator(device=DEV).manual_seed(r.getrandbits(63))
+    desc = (f"groupnorm {NAMES[dtype]} {list(shape)} G={groups} {layout} params={pdtype and NAMES[pdtype]} "
+            f"silu={silu} mod={mod} eps={eps} offset={offset}")
+    CASE["desc"] = desc
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(rank)
+    x = (torch.randn(shape, generator=g, device=DEV) + offset).to(dtype)
+    if layout == "cl":
+        x = x.to(memory_format=fmt)
+    w = b = sc = sh = temb = None
+    if pdtype is not None:
+        w = (torch.randn(c, generator=g, device=DEV) * 0.5 + 1).to(pdtype)
+        b = (torch.randn(c, generator=g, device=DEV) * 0.3).to(pdtype)
+    sdt = r.choice([dtype, FP32])
+    if mod == "chunk":
+        temb = (torch.randn(n, 2 * c, 1, 1, generator=g, device=DEV) * 0.4).to(sdt)
+        sc, sh = temb.chunk(2, dim=1)
+    elif mod is not None:
+        if mod in ("packed", "scale"):
+            sc = (torch.randn(n, c, generator=g, device=DEV) * 0.4).to(sdt)
+        if mod in ("packed", "shift"):
+            sh = (torch.randn(n, c, generator=g, device=DEV) * 0.4).to(sdt)
+    act = gnm.GnActivation.SILU if silu else gnm.GnActivation.NONE
+    y_out = poisoned_like(x)
+    y, mean, rstd = gnm.group_norm(x, groups, w, b, eps=eps, scale=sc, shift=sh, activation=act,
+                                   return_stats=True, out=y_out)
+    torch.cuda.synchronize()
+    d = torch.float64
+    xd = x.double()
+    wd, bd = (w.double(), b.double()) if w is not None else (None, None)
+    scd = sc.double() if sc is not None else None
+    shd = sh.double() if sh is not None else None
+    v0, v, y_ref = gn_reference(xd, groups, wd, bd, scd, shd, eps, silu)
+    xg = xd.reshape(n, groups, -1)
+    mean_ref = xg.mean(-1)
+    rstd_ref = 1 / torch.sqrt(xg.var(-1, unbiased=False) + eps)
+    maxabs = xg.abs().amax(-1)
+    check("mean", mean.view(n, groups), mean_ref, 2e-6 * maxabs + 1e-7)
+    check("rstd", rstd.view(n, groups), rstd_ref, 2e-5 * rstd_ref + 8 * EPS32 * maxabs * rstd_ref ** 2 * maxabs)
+    bsh = (n, c) + (1,) * (rank - 2)
+    gamma_eff = (wd if wd is not None else torch.ones(c, dtype=d, device=DEV)).view(1, c, *([1] * (rank - 2)))
+    one_s = (1 + scd.reshape(bsh)) if scd is not None else torch.ones(bsh, dtype=d, device=DEV)
+    gp = (gamma_eff * one_s).abs()
+    rstd_c = rstd_ref.repeat_interleave(cg, dim=1).view(bsh)
+    max_c = maxabs.repeat_interleave(cg, dim=1).view(bsh)
+    cond = 8 * EPS32 * max_c * rstd_c * gp  # fp32 statistics of values far from 0
+    t = NORM_FWD_TOL[dtype]
+    check("y", y, y_ref, t + t * y_ref.abs() + cond)
+    if y.stride() != x.stride():
+        raise Failure(f"y has strides {y.stride()}, x {x.stride()}")
+    # Backward.
+    dy = torch.randn(shape, generator=g, device=DEV).to(dtype)
+    if layout == "cl":
+        dy = dy.to(memory_format=fmt)
+    dx_out = poisoned_like(x)
+    dx, dgamma, dbeta, dscale, dshift = gnm.group_norm_backward(dy, x, mean, rstd, groups, w, b, scale=sc, shift=sh,
+                                                                activation=act, dx_out=dx_out)
+    torch.cuda.synchronize()
+    leaves = [xd.requires_grad_()]
+    if wd is not None:
+        leaves += [wd.requires_grad_(), bd.requires_grad_()]
+    if temb is not None:
+        td_ = temb.double().requires_grad_()
+        leaves.append(td_)
+        scd, shd = td_.chunk(2, dim=1)
+    else:
+        if scd is not None:
+            leaves.append(scd.requires_grad_())
+        if shd is not None:
+            leaves.append(shd.requires_grad_())
+    _, _, y2 = gn_reference(leaves[0], groups, leaves[1] if wd is not None else None,
+                            leaves[2] if wd is not None else None, scd, shd, eps, silu)
+    grads = list(torch.autograd.grad(y2, leaves, dy.double()))
+    du = dy.double() * (torch.sigmoid(v) * (1 + v * (1 - torch.sigmoid(v))) if silu else 1)
+    m = xd.numel() // (n * groups)
+    gsum = (du.abs() * gp).reshape(n, groups, -1).sum(-1) / m
+    a = rstd_c * (gp * du.abs().reshape(n, groups, -1).amax(-1).repeat_interleave(cg, 1).view(bsh)
+                  + gsum.repeat_interleave(cg, 1).view(bsh) * (1 + 8 * EPS32 * max_c * rstd_c))
+    tdx = NORM_DX_TOL[dtype]
+    rx = grads.pop(0)
+    check("dx", dx, rx, tdx * a + tdx * rx.abs() + cond * a)
+    xhat = (xd.detach() - mean_ref.repeat_interleave(cg, 1).view(bsh)) * rstd_c
+    kx = (8 * EPS32 * max_c * rstd_c).expand(bsh)  # x_hat's fp32 error where values sit far from 0
+    kx_c = kx.amax(0).reshape(c)
+    kx_nc = kx.reshape(n, c)
+    if wd is not None:
+        s_gx = (du * one_s * xhat).abs().transpose(0, 1).reshape(c, -1).sum(1)
+        s_g = (du * one_s).abs().transpose(0, 1).reshape(c, -1).sum(1)
+        rw = grads.pop(0)
+        check("dgamma", dgamma, rw, 2e-5 * s_gx + 2 * U[w.dtype] * rw.abs() + kx_c * s_g + 1e-5)
+        rb = grads.pop(0)
+        check("dbeta", dbeta, rb, 2e-5 * s_g + 2 * U[w.dtype] * rb.abs() + 1e-5)
+    red = tuple(range(2, rank))
+    if temb is not None:
+        rt = grads.pop(0).reshape(n, 2 * c)
+        s0 = (du * v0).abs().sum(red) if red else (du * v0).abs()
+        s1 = du.abs().sum(red) if red else du.abs()
+        bound = torch.cat([2e-5 * s0 + kx_nc * gp.reshape(n, c) * s1, 2e-5 * s1], 1) + 2 * U[sdt] * rt.abs() + 1e-5
+        check("dtemb (dscale, dshift)", torch.cat([dscale.reshape(n, c), dshift.reshape(n, c)], 1), rt, bound)
+    else:
+        for name, out, t_ in (("dscale", dscale, sc), ("dshift", dshift, sh)):
+            if t_ is None:
+                continue
+            ref = grads.pop(0)
+            s1 = du.abs().sum(red) if red else du.abs()
+            s0 = (du * v0).abs().sum(red) if red else (du * v0).abs()
+            base = s0 if name == "dscale" else s1
+            check(name, out, ref, 2e-5 * base + kx_nc * gp.reshape(n, c) * s1 + 2 * U[sdt] * ref.abs() + 1e-5)
+    return desc
+
+
+OPS = [("norm", norm_case), ("batchnorm", bn_case), ("linear", linear_case), ("norm_quant", quant_case),
+       ("groupnorm", groupnorm_case)]
 
 
 def main() -> int:
