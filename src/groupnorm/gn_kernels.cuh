@@ -1,0 +1,484 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+// GroupNorm's one kernel family (groupnorm.hpp says the design): forward
+// and backward, channels-first and channels-last, a persistent grid of
+// co-resident blocks claiming tiles with an atomic ticket.
+//
+// A unit is (sample n, gb groups = W channels from cbase). Its channels are
+// cut in nrb channel blocks of `lines` channels and its spatial range in nsc
+// sub-tiles of `span` values; a tile is `reps` consecutive sub-tiles.
+// Thread (r, j) = (tid / tpr, tid % tpr) holds k packs of `pack` elements:
+//   channels-first: channel line r of the block, spatial values
+//     sc * span + (k * tpr + j) * pack + [0, pack)  (a team of tpr threads per channel)
+//   channels-last: channels j * pack + [0, pack) of the block (its P slots),
+//     rows (spatial values) sc * span + k * rps + r  (rps row slices)
+// Sums per thread and slot are reduced per line (channel) in shared memory
+// in a fixed tree, then per group; the forward's are shifted sums of x - K
+// (K: the group's first value, read alike by every block), the backward's
+// the sums of du and du * x_hat per channel, from which the group sums of
+// g = du * (1 + scale) * gamma follow. Every combination is in a fixed
+// order: the outputs are the same bits run to run.
+#pragma once
+
+#include "core/device.cuh"
+#include "groupnorm/groupnorm.hpp"
+
+namespace fnorm {
+
+template <typename T>
+__device__ __forceinline__ float gn_ld(const void *p, int f32, int64_t i) {
+  return f32 ? static_cast<const float *>(p)[i] : Convert<T>::to_float(static_cast<const T *>(p)[i]);
+}
+template <typename T>
+__device__ __forceinline__ void gn_st(void *p, int f32, int64_t i, float v) {
+  if (f32)
+    static_cast<float *>(p)[i] = v;
+  else
+    static_cast<T *>(p)[i] = Convert<T>::from_float(v);
+}
+
+__device__ __forceinline__ float gn_sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
+
+// The per-channel affine parameters of channel c of sample n: gamma' =
+// gamma (1 + scale), beta' = beta (1 + scale) + shift, and 1 + scale.
+template <typename T>
+struct GnChannel {
+  float gamma, beta, gp, bp, one_s;
+  __device__ __forceinline__ GnChannel(const GnParams &p, int64_t n, int64_t c) {
+    gamma = p.gamma ? gn_ld<T>(p.gamma, p.w_f32, c) : 1.f;
+    beta = p.beta ? gn_ld<T>(p.beta, p.w_f32, c) : 0.f;
+    const float s = p.scale ? gn_ld<T>(p.scale, p.ss_f32, n * p.ss_sn + c * p.ss_sc) : 0.f;
+    const float h = p.shift ? gn_ld<T>(p.shift, p.ss_f32, n * p.ss_sn + c * p.ss_sc) : 0.f;
+    one_s = 1.f + s;
+    gp = gamma * one_s;
+    bp = beta * one_s + h;
+  }
+};
+
+template <typename T, int P, bool CL, bool BWD>
+struct GnTile {
+  static constexpr int KMAX = BWD ? kGnBwdK : kGnFwdK;
+  static constexpr int NS = CL ? P : 1;  // distinct channels per thread
+  using Raw = Pack<T, P>;
+
+  const GnParams &p;
+  const GnGeometry &g;
+  int r, j;
+  int64_t n, cbase, W, u;
+  __device__ __forceinline__ GnTile(const GnParams &p_) : p(p_), g(p_.geo) {
+    r = threadIdx.x / static_cast<int>(g.tpr);
+    j = threadIdx.x % static_cast<int>(g.tpr);
+  }
+  __device__ __forceinline__ void set_unit(int64_t unit) {
+    u = unit;
+    const int64_t per_sample = p.groups / g.gb;
+    n = u / per_sample;
+    W = g.gb * p.cg;
+    cbase = (u % per_sample) * W;
+  }
+  // The thread's first channel (in the unit) in channel block rb, or -1.
+  __device__ __forceinline__ int64_t chan0(int64_t rb) const {
+    if (CL) {
+      if (r >= g.rps) return -1;
+      const int64_t c = rb * g.lines + static_cast<int64_t>(j) * P;
+      return c < W ? c : -1;
+    }
+    const int64_t c = rb * g.lines + r;
+    return c < W ? c : -1;
+  }
+  // Where the thread's packs of sub-tile sc lie: pack k at element
+  // base + k * ostep, spatial value s0 + k * sstep (valid below s).
+  struct Packs {
+    int64_t base, ostep, s0, sstep;
+    __device__ __forceinline__ bool valid(int k) const { return s0 + k * sstep < 0; }
+    __device__ __forceinline__ int64_t at(int k) const { return base + k * ostep; }
+  };
+  __device__ __forceinline__ Packs packs(int64_t c0, int64_t sc) const {
+    Packs q;
+    if (CL) {
+      const int64_t s = sc * g.span + r;
+      q.base = (n * p.s + s) * p.c + cbase + c0;
+      q.ostep = g.rps * p.c;
+      q.s0 = s - p.s;  // negative while inside
+      q.sstep = g.rps;
+    } else {
+      const int64_t s = sc * g.span + static_cast<int64_t>(j) * P;
+      q.base = (n * p.c + cbase + c0) * p.s + s;
+      q.ostep = g.tpr * P;
+      q.s0 = s - p.s;
+      q.sstep = g.tpr * P;
+    }
+    return q;
+  }
+  // Copies the thread's packs into its slots of the tile in shared memory
+  // (v[k * kGnThreads + tid]: only the thread itself reads them back).
+  __device__ __forceinline__ void load(const void *src, Raw *v, int64_t c0, const Packs &q) const {
+    const T *x = static_cast<const T *>(src);
+    if (c0 < 0) return;
+#pragma unroll
+    for (int k = 0; k < KMAX; ++k)
+      if (k < g.k && q.s0 + k * q.sstep < 0) cp_async<sizeof(Raw)>(v + k * kGnThreads + threadIdx.x, x + q.at(k));
+  }
+  // The group (in the unit) of slot e.
+  __device__ __forceinline__ int group_of(int64_t c0, int e) const {
+    return static_cast<int>((c0 + (CL ? e : 0)) / p.cg);
+  }
+  // The forward's shift of group q: its first value.
+  __device__ __forceinline__ float shift_of(int q) const {
+    const T *x = static_cast<const T *>(p.x);
+    const int64_t c = cbase + q * p.cg;
+    return Convert<T>::to_float(CL ? x[n * p.s * p.c + c] : x[(n * p.c + c) * p.s]);
+  }
+};
+
+// Reduces the threads' per-slot sums (sa, sb: kGnThreads * NS entries) to
+// one value per line of the block: la, lb[line], line < lines.
+template <int P, bool CL>
+__device__ __forceinline__ void gn_line_reduce(const GnGeometry &g, int r, int j, float *sa, float *sb, float *la,
+                                               float *lb) {
+  const int tid = threadIdx.x;
+  if (CL) {
+    const int rps = static_cast<int>(g.rps), tpr = static_cast<int>(g.tpr);
+    int st = 1;
+    while (st < rps) st <<= 1;
+    for (st >>= 1; st >= 1; st >>= 1) {
+      __syncthreads();
+      if (r < st && r + st < rps) {
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          sa[tid * P + e] += sa[(tid + st * tpr) * P + e];
+          sb[tid * P + e] += sb[(tid + st * tpr) * P + e];
+        }
+      }
+    }
+    __syncthreads();
+    for (int l = tid; l < g.lines; l += kGnThreads) {
+      la[l] = sa[l];
+      lb[l] = sb[l];
+    }
+  } else {
+    const int tpr = static_cast<int>(g.tpr);
+    for (int st = tpr >> 1; st >= 1; st >>= 1) {
+      __syncthreads();
+      if (j < st) {
+        sa[tid] += sa[tid + st];
+        sb[tid] += sb[tid + st];
+      }
+    }
+    __syncthreads();
+    if (j == 0) {
+      la[r] = sa[tid];
+      lb[r] = sb[tid];
+    }
+  }
+  __syncthreads();
+}
+
+template <typename T, int P, bool CL, bool BWD>
+__global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __grid_constant__ GnParams p) {
+  using Tile = GnTile<T, P, CL, BWD>;
+  using Raw = typename Tile::Raw;
+  constexpr int KMAX = Tile::KMAX, NS = Tile::NS;
+  __shared__ float sa[kGnThreads * NS], sb[kGnThreads * NS];
+  __shared__ float la[kGnThreads * P], lb[kGnThreads * P];
+  __shared__ float2 gacc[kGnThreads], ures[kGnThreads];
+  extern __shared__ __align__(16) unsigned char gn_smem[];
+  __shared__ unsigned s_ticket;
+  __shared__ int s_owner;
+
+  const GnGeometry &g = p.geo;
+  Tile tile(p);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned total = static_cast<unsigned>(g.units * g.tiles);
+  const int64_t subs = g.nrb * g.nsc;
+  unsigned *arrive = p.counters + 2, *ready = p.counters + 2 + g.units;
+  const double m = static_cast<double>(p.cg) * static_cast<double>(p.s);
+
+  for (;;) {
+    __syncthreads();  // the last tile's shared memory is free
+    if (tid == 0) s_ticket = atomicAdd(p.counters, 1u);
+    __syncthreads();
+    const unsigned ticket = s_ticket;
+    if (ticket >= total) return;
+    const int64_t t = ticket % g.tiles;
+    tile.set_unit(ticket / g.tiles);
+    const int64_t n = tile.n, u = tile.u;
+    if (tid < g.gb) gacc[tid] = make_float2(0.f, 0.f);
+
+    // The tile stays in shared memory from phase 1 to phase 2 (the
+    // registers then hold no data across the unit's wait).
+    Raw *xr = reinterpret_cast<Raw *>(gn_smem);
+    Raw *dr = xr + KMAX * kGnThreads;
+    // ---- phase 1: load, sums per slot, per line, per group ----
+    for (int rep = 0; rep < g.reps; ++rep) {
+      const int64_t sub = t * g.reps + rep;
+      if (sub >= subs) break;
+      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
+      const int64_t c0 = tile.chan0(rb);
+      const typename Tile::Packs pk = tile.packs(c0, sc);
+      tile.load(p.x, xr, c0, pk);
+      if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+      cp_async_commit();
+      float a[NS], b[NS];
+      float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, -mean * rstd, gamma', beta'
+#pragma unroll
+      for (int e = 0; e < NS; ++e) {
+        a[e] = b[e] = 0.f;
+        if (c0 < 0) continue;
+        const int q = tile.group_of(c0, e);
+        if constexpr (BWD) {
+          const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+          co0[e] = p.rstd_in[gi];
+          co1[e] = -p.mean_in[gi] * co0[e];
+          if (p.silu) {
+            const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
+            co2[e] = ch.gp;
+            co3[e] = ch.bp;
+          }
+        } else {
+          co0[e] = tile.shift_of(q);
+        }
+      }
+      cp_async_wait<0>();
+      if (c0 >= 0) {
+#pragma unroll
+        for (int k = 0; k < KMAX; ++k) {
+          if (k >= g.k || !pk.valid(k)) continue;
+          const Raw xk = xr[k * kGnThreads + tid];
+          const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
+#pragma unroll
+          for (int i = 0; i < P; ++i) {
+            const int e = CL ? i : 0;
+            const float xv = Convert<T>::to_float(xk.v[i]);
+            if constexpr (BWD) {
+              const float xh = xv * co0[e] + co1[e];
+              float du = Convert<T>::to_float(dk.v[i]);
+              if (p.silu) {
+                const float v = xh * co2[e] + co3[e];
+                const float sg = gn_sigmoid(v);
+                du = du * sg * (1.f + v * (1.f - sg));
+              }
+              a[e] += du;
+              b[e] += du * xh;
+            } else {
+              const float d = xv - co0[e];
+              a[e] += d;
+              b[e] += d * d;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < NS; ++e) {
+        sa[tid * NS + e] = a[e];
+        sb[tid * NS + e] = b[e];
+      }
+      gn_line_reduce<NS, CL>(g, tile.r, tile.j, sa, sb, la, lb);
+      if (BWD && p.line_part != nullptr) {
+        for (int l = tid; l < g.lines; l += kGnThreads)
+          p.line_part[(u * subs + sub) * g.lines + l] = make_float2(la[l], lb[l]);
+      }
+      // Group sums of the lines (weights: 1 forward; gamma' backward).
+      const int64_t first = rb * g.lines;
+      for (int q = warp; q < g.gb; q += kGnThreads / 32) {
+        const int64_t lo = max(q * p.cg - first, int64_t{0});
+        const int64_t hi = min((q + 1) * p.cg - first, min(g.lines, tile.W - first));
+        float2 s = make_float2(0.f, 0.f);
+        for (int64_t l = lo + lane; l < hi; l += 32) {
+          float w = 1.f;
+          if constexpr (BWD) w = GnChannel<T>(p, n, tile.cbase + first + l).gp;
+          s.x += w * la[l];
+          s.y += w * lb[l];
+        }
+        s = group_allreduce<Sum2Op>(s, 32);
+        if (lane == 0) gacc[q] = make_float2(gacc[q].x + s.x, gacc[q].y + s.y);
+      }
+    }
+    __syncthreads();
+    // ---- the unit's combine: the last tile to arrive adds all in tile order ----
+    if (tid < g.gb) p.group_part[(u * g.tiles + t) * g.gb + tid] = gacc[tid];
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      s_owner = atomicAdd(arrive + u, 1u) == g.tiles - 1;
+    }
+    __syncthreads();
+    const bool owner = s_owner;
+    if (owner) {
+      __threadfence();
+      for (int q = warp; q < g.gb; q += kGnThreads / 32) {
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t tt = lane; tt < g.tiles; tt += 32) {
+          const float2 v = __ldcg(p.group_part + (u * g.tiles + tt) * g.gb + q);
+          s1 += v.x;
+          s2 += v.y;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+          s1 += __shfl_xor_sync(kFullMask, s1, o);
+          s2 += __shfl_xor_sync(kFullMask, s2, o);
+        }
+        if (lane == 0) {
+          float2 res;
+          if constexpr (BWD) {
+            res = make_float2(static_cast<float>(s1 / m), static_cast<float>(s2 / m));
+          } else {
+            const double d = s1 / m;
+            const double var = fmax(s2 / m - d * d, 0.0);
+            const float mean = static_cast<float>(static_cast<double>(tile.shift_of(q)) + d);
+            const float rstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
+            res = make_float2(mean, rstd);
+            const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+            if (p.mean) p.mean[gi] = mean;
+            if (p.rstd) p.rstd[gi] = rstd;
+          }
+          ures[q] = res;
+          p.unit_res[u * g.gb + q] = res;
+        }
+      }
+      __syncthreads();
+      if (tid == 0) {
+        __threadfence();
+        atomicExch(ready + u, 1u);
+      }
+    } else {
+      if (tid == 0) {
+        while (*reinterpret_cast<volatile unsigned *>(ready + u) == 0u) __nanosleep(64);
+        __threadfence();
+      }
+      __syncthreads();
+      if (tid < g.gb) ures[tid] = __ldcg(p.unit_res + u * g.gb + tid);
+    }
+    __syncthreads();
+    // ---- phase 2: normalize what the registers hold (re-read when reps > 1) ----
+    for (int rep = 0; rep < g.reps; ++rep) {
+      const int64_t sub = t * g.reps + rep;
+      if (sub >= subs) break;
+      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
+      const int64_t c0 = tile.chan0(rb);
+      if (c0 < 0) continue;
+      const typename Tile::Packs pk = tile.packs(c0, sc);
+      if (g.reps > 1) {
+        tile.load(p.x, xr, c0, pk);
+        if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+        cp_async_commit();
+        cp_async_wait<0>();
+      }
+      // fwd: y = x * ca + cb; bwd: x_hat = x * ca + cb, dx = c1 du + c2 + c3 x_hat.
+      float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
+#pragma unroll
+      for (int e = 0; e < NS; ++e) {
+        const int q = tile.group_of(c0, e);
+        const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
+        const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+        if constexpr (BWD) {
+          const float rs = p.rstd_in[gi];
+          ca[e] = rs;
+          cb[e] = -p.mean_in[gi] * rs;
+          gp[e] = ch.gp;
+          bp[e] = ch.bp;
+          c1[e] = rs * ch.gp;
+          c2[e] = -rs * ures[q].x;
+          c3[e] = -rs * ures[q].y;
+        } else {
+          const float mean = ures[q].x, rs = ures[q].y;
+          ca[e] = rs * ch.gp;
+          cb[e] = ch.bp - mean * rs * ch.gp;
+        }
+      }
+      T *out = static_cast<T *>(p.y);
+#pragma unroll
+      for (int k = 0; k < KMAX; ++k) {
+        if (k >= g.k) continue;
+        if (!pk.valid(k)) continue;
+        const int64_t o = pk.at(k);
+        const Raw xk = xr[k * kGnThreads + tid];
+        const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
+        float res[P];
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+          const int e = CL ? i : 0;
+          const float xv = Convert<T>::to_float(xk.v[i]);
+          if constexpr (BWD) {
+            const float xh = xv * ca[e] + cb[e];
+            float du = Convert<T>::to_float(dk.v[i]);
+            if (p.silu) {
+              const float v = xh * gp[e] + bp[e];
+              const float sg = gn_sigmoid(v);
+              du = du * sg * (1.f + v * (1.f - sg));
+            }
+            res[i] = c1[e] * du + c2[e] + c3[e] * xh;
+          } else {
+            float v = xv * ca[e] + cb[e];
+            if (p.silu) v = v * gn_sigmoid(v);
+            res[i] = v;
+          }
+        }
+        store_pack<T, P>(out + o, res);
+      }
+    }
+    if constexpr (BWD) {
+      // ---- the owner: per-channel sums of the unit (dscale, dshift, and
+      // the (n, c) terms of dgamma / dbeta); the last unit adds those ----
+      const bool channel_grads = p.line_part != nullptr && (p.dscale || p.dshift || p.dgamma || p.dbeta);
+      if (owner && channel_grads) {
+        for (int64_t cu = tid; cu < tile.W; cu += kGnThreads) {
+          const int64_t rb = cu / g.lines, slot = cu % g.lines;
+          float A = 0.f, B = 0.f;
+          for (int64_t sc = 0; sc < g.nsc; ++sc) {
+            const float2 v = __ldcg(p.line_part + (u * subs + rb * g.nsc + sc) * g.lines + slot);
+            A += v.x;
+            B += v.y;
+          }
+          const int64_t c = tile.cbase + cu;
+          const GnChannel<T> ch(p, n, c);
+          const int64_t si = n * p.ss_sn + c * p.ss_sc;
+          if (p.dshift) gn_st<T>(p.dshift, p.ss_f32, si, A);
+          if (p.dscale) gn_st<T>(p.dscale, p.ss_f32, si, ch.gamma * B + ch.beta * A);
+          p.nc_sums[n * p.c + c] = make_float2(ch.one_s * A, ch.one_s * B);
+        }
+        if (p.dgamma || p.dbeta) {
+          __syncthreads();
+          if (tid == 0) {
+            __threadfence();
+            s_owner = atomicAdd(p.counters + 1, 1u) == g.units - 1;
+          }
+          __syncthreads();
+          if (s_owner) {
+            __threadfence();
+            for (int64_t c = tid; c < p.c; c += kGnThreads) {
+              float A = 0.f, B = 0.f;
+              for (int64_t i = 0; i < p.n; ++i) {
+                const float2 v = __ldcg(p.nc_sums + i * p.c + c);
+                A += v.x;
+                B += v.y;
+              }
+              if (p.dbeta) gn_st<T>(p.dbeta, p.w_f32, c, A);
+              if (p.dgamma) gn_st<T>(p.dgamma, p.w_f32, c, B);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A cooperative launch: the grid is co-resident (a unit's blocks wait for
+// each other), or the launch fails.
+template <typename T, int P, bool CL, bool BWD>
+cudaError_t gn_launch(const GnParams &p, const LaunchShape &s, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(s.grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(s.block));
+  cfg.dynamicSmemBytes = s.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, gn_kernel<T, P, CL, BWD>, p);
+}
+
+#define FNORM_GN_INSTANCE(T, DT, P, CL, BWD) \
+  GnInstance { DT, P, CL, BWD, reinterpret_cast<const void *>(&gn_kernel<T, P, CL, BWD>), &gn_launch<T, P, CL, BWD> }
+
+}  // namespace fnorm

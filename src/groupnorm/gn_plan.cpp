@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+// GroupNorm's planner: the pack, the tile geometry (groupnorm.hpp and
+// gn_kernels.cuh say what each field is), the grid and the workspace
+// layout. A pure function of the problem, the pack and the device's SM
+// count; the launch plan also checks the kernel's occupancy once.
+#include <algorithm>
+#include <cstring>
+
+#include "core/op.hpp"
+#include "core/validate.hpp"
+#include "groupnorm/groupnorm.hpp"
+
+namespace fnorm {
+
+#ifdef FNORM_GN_HAS_F32
+extern const GnInstance kGnInstances_f32[];
+extern const int kGnInstanceCount_f32;
+#endif
+#ifdef FNORM_GN_HAS_F16
+extern const GnInstance kGnInstances_f16[];
+extern const int kGnInstanceCount_f16;
+#endif
+#ifdef FNORM_GN_HAS_BF16
+extern const GnInstance kGnInstances_bf16[];
+extern const int kGnInstanceCount_bf16;
+#endif
+
+const GnInstance *gn_instance(fnorm_dtype_t dtype, int pack, bool channels_last, bool bwd) {
+  const GnInstance *table = nullptr;
+  int count = 0;
+  switch (dtype) {
+#ifdef FNORM_GN_HAS_F32
+    case FNORM_DTYPE_FLOAT32: table = kGnInstances_f32; count = kGnInstanceCount_f32; break;
+#endif
+#ifdef FNORM_GN_HAS_F16
+    case FNORM_DTYPE_FLOAT16: table = kGnInstances_f16; count = kGnInstanceCount_f16; break;
+#endif
+#ifdef FNORM_GN_HAS_BF16
+    case FNORM_DTYPE_BFLOAT16: table = kGnInstances_bf16; count = kGnInstanceCount_bf16; break;
+#endif
+    default: break;
+  }
+  for (int i = 0; i < count; ++i)
+    if (table[i].pack == pack && table[i].channels_last == channels_last && table[i].bwd == bwd) return &table[i];
+  return nullptr;
+}
+
+namespace {
+
+// The packs compiled for a dtype, widest first (gn_kernels_<dtype>.cu).
+int packs_of(int64_t dtype, int (&out)[3]) {
+  if (dtype == FNORM_DTYPE_FLOAT32) {
+    out[0] = 4, out[1] = 1;
+    return 2;
+  }
+  out[0] = 8, out[1] = 4, out[2] = 1;
+  return 3;
+}
+
+// The layout's rule for a pack: whole packs per channel row (channels-first)
+// or per spatial row (channels-last).
+bool layout_allows(const GnProblem &pb, int pack) {
+  return (pb.channels_last ? pb.c : pb.s) % pack == 0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Resident blocks of the persistent grid.
+int64_t resident_blocks(const DeviceInfo &dev) { return static_cast<int64_t>(dev.sm_count) * kGnBlocksPerSm; }
+
+// Channels-last: groups per unit, the smallest count whose channels make
+// a 128-byte row segment (full cache lines) with whole packs and at most
+// one pack per thread across the block; larger groups take several channel
+// blocks.
+void plan_channels_last(const GnProblem &pb, int pack, int kmax, GnGeometry &g) {
+  const int64_t cg = pb.cg(), es = static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
+  int64_t chosen = 0, fallback = 0, widest = 0;
+  for (int64_t gb = 1; gb <= pb.groups && gb <= kGnThreads; ++gb) {
+    if (pb.groups % gb != 0 || (gb * cg) % pack != 0) continue;
+    if (gb * cg / pack > kGnThreads) {
+      if (widest == 0) widest = gb;
+      continue;
+    }
+    fallback = gb;
+    if (gb * cg * es >= 128) {
+      chosen = gb;
+      break;
+    }
+  }
+  g.gb = chosen ? chosen : fallback ? fallback : widest ? widest : 1;
+  const int64_t w = g.gb * cg;
+  g.tpr = std::min<int64_t>(w / pack, kGnThreads);
+  g.lines = g.tpr * pack;
+  g.nrb = ceil_div(w, g.lines);
+  g.rps = kGnThreads / g.tpr;
+  g.k = std::min<int64_t>(kmax, ceil_div(pb.s, g.rps));
+  g.span = g.rps * g.k;
+  g.nsc = ceil_div(pb.s, g.span);
+}
+
+// Channels-first: a unit is one group ([cg, s], rows packed). The team of
+// tpr threads per channel row and the packs per thread that waste the
+// fewest slots (in 5% steps), then the largest tile.
+void plan_channels_first(const GnProblem &pb, int pack, int kmax, GnGeometry &g) {
+  const int64_t cg = pb.cg(), s = pb.s;
+  int64_t best_bucket = -1, best_size = 0;
+  for (int64_t tpr = 1; tpr <= kGnThreads; tpr *= 2) {
+    for (int64_t k = 1; k <= kmax; ++k) {
+      const int64_t span = tpr * k * pack, lines = kGnThreads / tpr;
+      const int64_t slots = ceil_div(cg, lines) * lines * ceil_div(s, span) * span;
+      const int64_t bucket = static_cast<int64_t>(20.0 * static_cast<double>(cg) * static_cast<double>(s) /
+                                                  static_cast<double>(slots));
+      if (bucket > best_bucket || (bucket == best_bucket && tpr * k > best_size)) {
+        best_bucket = bucket;
+        best_size = tpr * k;
+        g.tpr = tpr;
+        g.k = k;
+      }
+    }
+  }
+  g.gb = 1;
+  g.lines = kGnThreads / g.tpr;
+  g.rps = 1;
+  g.span = g.tpr * g.k * pack;
+  g.nsc = ceil_div(s, g.span);
+  g.nrb = ceil_div(cg, g.lines);
+}
+
+// The geometry and the workspace of (problem, pack) for `resident` blocks.
+GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
+  GnPlan plan;
+  GnGeometry &g = plan.geo;
+  const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
+  const int kmax = bwd ? kGnBwdK : kGnFwdK;
+  g.pack = pack;
+  if (pb.channels_last)
+    plan_channels_last(pb, pack, kmax, g);
+  else
+    plan_channels_first(pb, pack, kmax, g);
+  const int64_t subs = g.nrb * g.nsc;
+  // A unit never has more tiles than resident blocks (deadlock freedom).
+  g.reps = ceil_div(subs, resident);
+  g.tiles = ceil_div(subs, g.reps);
+  g.units = pb.n * pb.groups / g.gb;
+  const int64_t total = g.units * g.tiles;
+  FNORM_REQUIRE(total < (int64_t{1} << 31), FNORM_STATUS_NOT_SUPPORTED,
+                "argument 'x_desc': %lld tiles exceed the kernel's 2^31 tickets", static_cast<long long>(total));
+  plan.shape.grid = std::min<int64_t>(resident, total);
+  plan.shape.block = kGnThreads;
+  plan.shape.blocks_per_sm = kGnBlocksPerSm;
+  // The tile in shared memory: kmax packs per thread of x (and dy).
+  plan.shape.smem = static_cast<size_t>(kmax) * kGnThreads * pack * dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)) *
+                    (bwd ? 2 : 1);
+
+  GnWorkspace &w = plan.ws;
+  const char *arg = "x_desc";
+  size_t off = 0;
+  auto region = [&](size_t bytes) {
+    const size_t at = off;
+    off = checked_align_up(checked_add(off, bytes, arg), 16, arg);
+    return at;
+  };
+  w.counter_bytes = checked_mul(static_cast<size_t>(2 + 2 * g.units), sizeof(unsigned), arg);
+  w.counters = region(w.counter_bytes);
+  w.group_part = region(checked_mul(static_cast<size_t>(total * g.gb), 8, arg));
+  w.unit_res = region(checked_mul(static_cast<size_t>(g.units * g.gb), 8, arg));
+  if (bwd && (pb.w_present || pb.ss_present)) {  // dgamma, dbeta, dscale or dshift may be asked for
+    w.line_part = region(checked_mul(checked_mul(static_cast<size_t>(g.units * subs), static_cast<size_t>(g.lines), arg), 8, arg));
+    w.nc_sums = region(checked_mul(static_cast<size_t>(pb.n * pb.c), 8, arg));
+  }
+  w.total = off;
+  return plan;
+}
+
+struct GnPlanKey {
+  GnProblem problem;
+  int64_t pack;
+};
+
+}  // namespace
+
+int gn_pack(const GnProblem &pb, std::initializer_list<const void *> data) {
+  int packs[3];
+  const int np = packs_of(pb.dtype, packs);
+  const size_t es = dtype_size(static_cast<fnorm_dtype_t>(pb.dtype));
+  for (int i = 0; i < np; ++i)
+    if (layout_allows(pb, packs[i]) && all_aligned(data, packs[i] * es)) return packs[i];
+  return 1;
+}
+
+size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb) {
+  if (pb.elements() == 0) return 0;
+  int packs[3];
+  const int np = packs_of(pb.dtype, packs);
+  size_t most = 0;
+  for (int i = 0; i < np; ++i)
+    if (layout_allows(pb, packs[i])) most = std::max(most, plan_of(pb, packs[i], resident_blocks(h->info)).ws.total);
+  return most;
+}
+
+const GnPlan &gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
+  GnPlanKey key{};
+  key.problem = pb;
+  key.pack = pack;
+  return PlanCache<GnPlanKey, GnPlan>::get(h->id, key, [&] {
+    const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
+    const GnInstance *inst = gn_instance(static_cast<fnorm_dtype_t>(pb.dtype), pack, pb.channels_last != 0, bwd);
+    FNORM_REQUIRE(inst != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                  "dtype %s was left out of this build (meson option 'dtypes')",
+                  dtype_name(static_cast<fnorm_dtype_t>(pb.dtype)));
+    GnPlan plan = plan_of(pb, pack, resident_blocks(h->info));
+    plan.instance = inst;
+    int per_sm = 0;
+    check_cuda(cached_occupancy(&h->occupancy, inst->func, kGnThreads, plan.shape.smem, &per_sm), "GroupNorm occupancy");
+    FNORM_REQUIRE(per_sm >= kGnBlocksPerSm, FNORM_STATUS_INTERNAL_ERROR,
+                  "the GroupNorm kernel fits %d blocks per SM; its persistent grid needs %d", per_sm,
+                  kGnBlocksPerSm);
+    return plan;
+  });
+}
+
+GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {
+  GnParams p;
+  unsigned char *ws = static_cast<unsigned char *>(workspace);
+  p.counters = reinterpret_cast<unsigned *>(ws + plan.ws.counters);
+  p.group_part = reinterpret_cast<float2 *>(ws + plan.ws.group_part);
+  p.unit_res = reinterpret_cast<float2 *>(ws + plan.ws.unit_res);
+  if (plan.ws.line_part) p.line_part = reinterpret_cast<float2 *>(ws + plan.ws.line_part);
+  if (plan.ws.nc_sums) p.nc_sums = reinterpret_cast<float2 *>(ws + plan.ws.nc_sums);
+  p.n = pb.n;
+  p.c = pb.c;
+  p.s = pb.s;
+  p.groups = pb.groups;
+  p.cg = pb.cg();
+  p.ss_sn = pb.ss_stride_n;
+  p.ss_sc = pb.ss_stride_c;
+  p.eps = static_cast<float>(pb.epsilon());
+  p.w_f32 = pb.w_present && pb.w_dtype == FNORM_DTYPE_FLOAT32;
+  p.ss_f32 = pb.ss_present && pb.ss_dtype == FNORM_DTYPE_FLOAT32;
+  p.silu = pb.activation == FNORM_GN_ACTIVATION_SILU;
+  p.geo = plan.geo;
+  return p;
+}
+
+}  // namespace fnorm

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+// GroupNorm (+ SiLU, + per-sample scale / shift), on the op contract of
+// core/op.hpp:
+//   describe  gn_validate.cpp: descriptors -> GnProblem (pointer-free; the
+//             plan cache's key with the pack the pointers allow)
+//   plan      gn_plan.cpp: GnProblem + pack + device -> GnPlan (tile
+//             geometry, grid, workspace layout); the size queries answer
+//             from it
+//   launch    gn_api.cpp + gn_kernels.cuh: GnFwdArgs / GnBwdArgs executed
+//             as the plan says.
+//
+// One kernel family (gn_kernels.cuh) serves both passes and both layouts:
+// a persistent grid of co-resident blocks claims tiles in order (an atomic
+// ticket). A "unit" is (sample, gb consecutive groups); its T tiles each
+// write partial sums to the workspace, the last to arrive combines them in
+// tile order (fixed: deterministic) and releases the others, and every
+// block then normalizes the values it still holds in registers. x (and dy)
+// is read once from DRAM when a tile is one register load (reps == 1);
+// where a unit would need more tiles than blocks are resident, a tile
+// covers reps loads and re-reads them after the combine (two passes over
+// x). A unit never has more tiles than resident blocks: the blocks waiting
+// on the oldest unfinished unit hold all its tickets, so it completes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/error.hpp"
+#include "core/handle.hpp"
+#include "core/launch.hpp"
+#include "core/tensor.hpp"
+#include "fusednorm.h"
+
+struct fnorm_groupnorm_desc {
+  int64_t groups = 32;
+  double epsilon = 1e-5;
+  fnorm_gn_activation_t activation = FNORM_GN_ACTIVATION_NONE;
+};
+
+namespace fnorm {
+
+// Threads per block of every GroupNorm kernel, and the blocks per SM their
+// launch bounds promise (the grid is kGnBlocksPerSm blocks per SM: each
+// holds 64 KiB of x, or 32 KiB each of x and dy, in registers).
+constexpr int kGnThreads = 256;
+constexpr int kGnBlocksPerSm = 2;
+// Packs of 16 bytes (or less) per thread per register load.
+constexpr int kGnFwdK = 16;
+constexpr int kGnBwdK = 8;
+
+enum class GnPass : int64_t { Fwd = 0, Bwd = 1 };
+
+// describe: everything a call's descriptors say (no pointers). All fields
+// are 64-bit: the plan cache compares keys as bytes.
+struct GnProblem {
+  int64_t pass = 0;
+  int64_t dtype = 0;          // x, y, dy, dx
+  int64_t n = 0, c = 0, s = 1;  // s: product of the spatial sizes
+  int64_t groups = 1;
+  int64_t channels_last = 0;  // NHWC / NDHWC (spatial 1 counts as channels-last: [N, C])
+  int64_t activation = 0;
+  uint64_t eps_bits = 0;      // the descriptor's double epsilon
+  int64_t w_present = 0, w_dtype = 0;    // w_desc given
+  int64_t ss_present = 0, ss_dtype = 0;  // ss_desc given
+  int64_t ss_stride_n = 0, ss_stride_c = 0;
+  int64_t elements() const { return n * c * s; }
+  int64_t cg() const { return c / groups; }
+  double epsilon() const;
+};
+
+// plan: the tile geometry (gn_kernels.cuh reads it as GnParams).
+struct GnGeometry {
+  int64_t pack = 1;   // elements per access
+  int64_t k = 1;      // packs per thread per register load
+  int64_t reps = 1;   // register loads per tile (1: x held, read once)
+  int64_t tpr = 1;    // CF: threads per channel row; CL: threads per row of a channel block
+  int64_t lines = 1;  // channels of one channel block (CF: rows per tile; CL: tpr * pack)
+  int64_t rps = 1;    // CL: row slices of a block (kGnThreads / tpr)
+  int64_t span = 1;   // spatial values of one sub-tile per line
+  int64_t nsc = 1;    // sub-tiles per channel block along the spatial range
+  int64_t nrb = 1;    // channel blocks per unit
+  int64_t gb = 1;     // groups per unit
+  int64_t tiles = 1;  // per unit: ceil(nrb * nsc / reps)
+  int64_t units = 0;  // n * groups / gb
+};
+
+// The workspace: counters (zeroed by the launch), then per-tile group
+// partials, unit results and (backward) per-sub-tile line partials and the
+// per-(n, c) sums of the weight gradients. Byte offsets; 16-byte aligned.
+struct GnWorkspace {
+  size_t counters = 0, counter_bytes = 0;
+  size_t group_part = 0, unit_res = 0, line_part = 0, nc_sums = 0;
+  size_t total = 0;
+};
+
+struct GnInstance;
+struct GnPlan {
+  const GnInstance *instance = nullptr;  // the kernel (null in size queries)
+  GnGeometry geo;
+  GnWorkspace ws;
+  LaunchShape shape;
+};
+
+// What the kernels read (host-built, passed by value).
+struct GnParams {
+  const void *x = nullptr, *dy = nullptr;
+  void *y = nullptr;  // fwd: y; bwd: dx
+  const void *gamma = nullptr, *beta = nullptr, *scale = nullptr, *shift = nullptr;
+  float *mean = nullptr, *rstd = nullptr;              // fwd: outputs (optional)
+  const float *mean_in = nullptr, *rstd_in = nullptr;  // bwd: inputs
+  void *dgamma = nullptr, *dbeta = nullptr, *dscale = nullptr, *dshift = nullptr;
+  unsigned *counters = nullptr;  // [0] ticket, [1] units done, then arrive[units], ready[units]
+  float2 *group_part = nullptr;  // [units][tiles][gb]
+  float2 *unit_res = nullptr;    // [units][gb]
+  float2 *line_part = nullptr;   // bwd: [units][nrb * nsc][lines]
+  float2 *nc_sums = nullptr;     // bwd: [n][c] ((1 + scale) A, (1 + scale) B)
+  int64_t n = 0, c = 0, s = 0, groups = 0, cg = 0;
+  int64_t ss_sn = 0, ss_sc = 0;
+  float eps = 0.f;
+  int w_f32 = 0, ss_f32 = 0, silu = 0;
+  GnGeometry geo;
+};
+
+// One compiled kernel (gn_kernels_<dtype>.cu).
+struct GnInstance {
+  fnorm_dtype_t dtype;
+  int pack;
+  bool channels_last;
+  bool bwd;
+  const void *func;
+  cudaError_t (*launch)(const GnParams &, const LaunchShape &, cudaStream_t);
+};
+// The instance of (dtype, pack, layout, pass), or null when its dtype was
+// left out of this build.
+const GnInstance *gn_instance(fnorm_dtype_t dtype, int pack, bool channels_last, bool bwd);
+// Zeros of an [n, c] tensor with strides (sn, sc) of `dtype` (the empty
+// backward's dscale / dshift; dgamma / dbeta with sn = 0, n = 1).
+cudaError_t gn_zero_strided(void *p, fnorm_dtype_t dtype, int64_t n, int64_t c, int64_t sn, int64_t sc,
+                            cudaStream_t stream);
+
+// ---- describe and check (gn_validate.cpp) ----
+GnProblem describe_gn(GnPass pass, const fnorm_groupnorm_desc *gn, const fnorm_tensor_desc *x_desc,
+                      const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *ss_desc);
+// A tensor of the call with x's sizes, dtype and layout (y, dy, dx).
+void gn_require_like_x(const GnProblem &pb, const fnorm_tensor_desc *d, const fnorm_tensor_desc *x_desc,
+                       const char *arg);
+
+struct GnFwdArgs {
+  const void *x, *gamma, *beta, *scale, *shift;
+  void *y;
+  float *mean, *rstd;
+  void *workspace;
+  size_t workspace_bytes;
+};
+struct GnBwdArgs {
+  const void *x, *dy;
+  const float *mean, *rstd;
+  const void *gamma, *beta, *scale, *shift;
+  void *dx, *dgamma, *dbeta, *dscale, *dshift;
+  void *workspace;
+  size_t workspace_bytes;
+};
+// Every pointer rule of the call (required, alignment, the overlap rule,
+// checked mode) but the workspace's size, which the plan gives.
+void check_gn_fwd_args(fnorm_handle *h, const GnProblem &pb, const GnFwdArgs &a);
+void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a);
+struct GnPlan;
+// The workspace the plan needs (size query `query`), and in checked mode
+// that it is device memory.
+void check_gn_workspace(fnorm_handle *h, const GnPlan &plan, void *workspace, size_t bytes, const char *query);
+
+// ---- plan (gn_plan.cpp) ----
+// The widest pack the layout and the pointers allow.
+int gn_pack(const GnProblem &pb, std::initializer_list<const void *> data);
+// The plan of (problem, pack) on the handle's device, cached per thread.
+const GnPlan &gn_plan(fnorm_handle *h, const GnProblem &pb, int pack);
+// The workspace the size query answers: the largest over the packs a call
+// may end up with (so that any pointers do with it).
+size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb);
+// The plan's kernel parameters for these buffers (pointers set by the caller).
+GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace);
+
+}  // namespace fnorm
