@@ -213,8 +213,9 @@ def group_norm_backward(dy, x, mean, rstd, num_groups: int, weight=None, bias=No
                         activation: GnActivation = GnActivation.NONE, need_weight_grads: bool = True,
                         need_scale_shift_grads: bool = True, dx_out=None, stream=None):
     """GroupNorm backward from the forward's statistics: the gradient of the
-    function group_norm computed with the same arguments (bias and shift are
-    read only with SILU, whose derivative is recomputed from x).
+    function group_norm computed with the same arguments (shift is read only
+    with SILU, whose derivative is recomputed from x; bias with SILU or for
+    dscale).
 
     mean, rstd: group_norm's (return_stats=True), N * G float32 values.
     need_weight_grads: dgamma / dbeta (when weight or bias was given), in
