@@ -913,7 +913,8 @@ FNORM_API fnorm_status_t fnorm_groupnorm_bwd_workspace_size(fnorm_handle_t handl
  *  Every sum is deterministic: the same bits run to run on the same device.
  *  x, dy, mean, rstd: required (mean / rstd as the forward wrote them).
  *  gamma, beta, scale, shift: the forward's (NULL: gamma = 1, the others 0);
- *    beta and shift are read only with SILU.
+ *    shift is read only with SILU, beta only with SILU or when dscale is
+ *    asked for (dscale = sum of du * (x_hat * gamma + beta) needs it).
  *  dgamma, dbeta: optional outputs described by w_desc (its dtype);
  *    dscale, dshift: optional outputs described by ss_desc (its strides).
  *    Each descriptor is required when one of its outputs is asked for.

@@ -193,8 +193,9 @@ func (h *Handle) GroupNormFwd(stream Stream, a *GroupNormFwd) error {
 }
 
 // GroupNormBwd holds the arguments of fnorm_groupnorm_bwd: the forward's
-// descriptor, x, statistics and parameters, and the outputs. Beta and Shift
-// are read only with SiLU (whose derivative is recomputed from x). DGamma and
+// descriptor, x, statistics and parameters, and the outputs. Shift is read
+// only with SiLU (whose derivative is recomputed from x), Beta with SiLU or
+// for DScale. DGamma and
 // DBeta are described by WDesc, DScale and DShift by SSDesc (its strides);
 // each is optional. DX may be DY or X (in place). Every sum is deterministic.
 type GroupNormBwd struct {

@@ -143,14 +143,15 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
   g.tiles = ceil_div(subs, g.reps);
   g.units = pb.n * pb.groups / g.gb;
   const int64_t total = g.units * g.tiles;
-  FNORM_REQUIRE(total < (int64_t{1} << 31), FNORM_STATUS_NOT_SUPPORTED,
-                "argument 'x_desc': %lld tiles exceed the kernel's 2^31 tickets", static_cast<long long>(total));
+  FNORM_REQUIRE(g.units < (int64_t{1} << 30), FNORM_STATUS_NOT_SUPPORTED,
+                "argument 'x_desc': %lld (sample, group) units exceed the kernel's 2^30 counters",
+                static_cast<long long>(g.units));
   plan.shape.grid = std::min<int64_t>(resident, total);
   plan.shape.block = kGnThreads;
   plan.shape.blocks_per_sm = kGnBlocksPerSm;
-  // The tile in shared memory: kmax packs per thread of x (and dy).
-  plan.shape.smem = static_cast<size_t>(kmax) * kGnThreads * pack * dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)) *
-                    (bwd ? 2 : 1);
+  // Two tiles in shared memory: kmax packs per thread of x (and dy).
+  plan.shape.smem = 2 * static_cast<size_t>(kmax) * kGnThreads * pack *
+                    dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)) * (bwd ? 2 : 1);
 
   GnWorkspace &w = plan.ws;
   const char *arg = "x_desc";
@@ -160,7 +161,7 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
     off = checked_align_up(checked_add(off, bytes, arg), 16, arg);
     return at;
   };
-  w.counter_bytes = checked_mul(static_cast<size_t>(2 + 2 * g.units), sizeof(unsigned), arg);
+  w.counter_bytes = checked_mul(static_cast<size_t>(1 + 2 * g.units), sizeof(unsigned), arg);
   w.counters = region(w.counter_bytes);
   w.group_part = region(checked_mul(static_cast<size_t>(total * g.gb), 8, arg));
   w.unit_res = region(checked_mul(static_cast<size_t>(g.units * g.gb), 8, arg));

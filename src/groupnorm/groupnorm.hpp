@@ -10,16 +10,16 @@
 //             as the plan says.
 //
 // One kernel family (gn_kernels.cuh) serves both passes and both layouts:
-// a persistent grid of co-resident blocks claims tiles in order (an atomic
-// ticket). A "unit" is (sample, gb consecutive groups); its T tiles each
+// a persistent grid of co-resident blocks takes tiles round-robin, in
+// order. A "unit" is (sample, gb consecutive groups); its T tiles each
 // write partial sums to the workspace, the last to arrive combines them in
 // tile order (fixed: deterministic) and releases the others, and every
 // block then normalizes the values it still holds in registers. x (and dy)
 // is read once from DRAM when a tile is one register load (reps == 1);
 // where a unit would need more tiles than blocks are resident, a tile
 // covers reps loads and re-reads them after the combine (two passes over
-// x). A unit never has more tiles than resident blocks: the blocks waiting
-// on the oldest unfinished unit hold all its tickets, so it completes.
+// x). A unit never has more tiles than resident blocks, so its tiles span
+// at most two rounds and every unit completes (gn_kernels.cuh).
 #pragma once
 
 #include <cstddef>
@@ -42,12 +42,13 @@ namespace fnorm {
 
 // Threads per block of every GroupNorm kernel, and the blocks per SM their
 // launch bounds promise (the grid is kGnBlocksPerSm blocks per SM: each
-// holds 64 KiB of x, or 32 KiB each of x and dy, in registers).
+// holds two tiles of 32 KiB of x, or 16 KiB each of x and dy, in shared
+// memory: the current one and the next one's loads in flight).
 constexpr int kGnThreads = 256;
 constexpr int kGnBlocksPerSm = 2;
 // Packs of 16 bytes (or less) per thread per register load.
-constexpr int kGnFwdK = 16;
-constexpr int kGnBwdK = 8;
+constexpr int kGnFwdK = 8;
+constexpr int kGnBwdK = 4;
 
 enum class GnPass : int64_t { Fwd = 0, Bwd = 1 };
 
@@ -110,7 +111,7 @@ struct GnParams {
   float *mean = nullptr, *rstd = nullptr;              // fwd: outputs (optional)
   const float *mean_in = nullptr, *rstd_in = nullptr;  // bwd: inputs
   void *dgamma = nullptr, *dbeta = nullptr, *dscale = nullptr, *dshift = nullptr;
-  unsigned *counters = nullptr;  // [0] ticket, [1] units done, then arrive[units], ready[units]
+  unsigned *counters = nullptr;  // [0] units done, then arrive[units], ready[units]
   float2 *group_part = nullptr;  // [units][tiles][gb]
   float2 *unit_res = nullptr;    // [units][gb]
   float2 *line_part = nullptr;   // bwd: [units][nrb * nsc][lines]

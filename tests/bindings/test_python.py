@@ -323,7 +323,8 @@ class GroupNormHost(unittest.TestCase):
             fn.groupnorm_bwd_workspace_size(h, fn.GroupNormDesc(), x, None, fn.TensorDesc(fn.DType.FLOAT32, [3, 64]))
         self.assertEqual(fn.lib.fnorm_status_category(cm.exception.status), fn.Status.BAD_PARAM)
         self.assertIn("ss_desc", cm.exception.message)
-        st = fn.lib.fnorm_groupnorm_fwd_workspace_size(h.ptr, fn.GroupNormDesc().ptr, x.ptr, None)
+        gd = fn.GroupNormDesc()  # held: a temporary's .ptr would be freed before the call reads it
+        st = fn.lib.fnorm_groupnorm_fwd_workspace_size(h.ptr, gd.ptr, x.ptr, None)
         self.assertEqual(st, fn.Status.BAD_PARAM_NULL_POINTER)
         self.assertIn("workspace_bytes", fn.last_error_message())
 

@@ -144,7 +144,7 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
   auto shift = [&](int64_t n, int64_t c) { return k.ss ? load_host(hss.data(), st, n * 2 * C + C + c) : 0.0; };
 
   DeviceBuffer dx_in(E * es), ddy(E * es), dy_out(E * es), ddx(E * es), dw(hw.size()), dss(hss.size());
-  DeviceBuffer dmean(N * G * 4), drstd(N * G * 4), dgw(2 * C * elem_size(wt)), dgss(hss.size());
+  DeviceBuffer dmean(N * G * 4), drstd(N * G * 4), dgw(2 * C * elem_size(wt)), dgss(hss.size()), dgsh(hss.size());
   CUDA_OK(cudaMemcpy(dx_in.p, hx.data(), hx.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(ddy.p, hdy.data(), hdy.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dw.p, hw.data(), hw.size(), cudaMemcpyHostToDevice));
@@ -155,6 +155,7 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
   drstd.poison();
   dgw.poison();
   dgss.poison();
+  dgsh.poison();
 
   fnorm_groupnorm_desc_t gn;
   fnorm_groupnorm_desc_create(&gn);
@@ -231,13 +232,16 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
   if (k.inplace) CUDA_OK(cudaMemcpy(dxp, ddy.p, E * es, cudaMemcpyDeviceToDevice));
   const void *dyin = k.inplace ? dxp : ddy.p;
   void *dg = k.w ? dgw.p : nullptr, *db = k.w ? dgw.at(C * elem_size(wt)) : nullptr;
-  void *dsc = k.ss ? dgss.p : nullptr, *dsh = k.ss ? dgss.at(C * elem_size(st)) : nullptr;
+  // dscale and dshift: strided like the inputs (row stride 2C), each in a buffer of its own (the halves of one
+  // buffer would overlap in extent, which the aliasing rule refuses for outputs).
+  void *dsc = k.ss ? dgss.p : nullptr, *dsh = k.ss ? dgsh.p : nullptr;
   CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn, xd.d, dx_in.p, xd.d, dyin, static_cast<float *>(dmean.p),
                                    static_cast<float *>(drstd.p), wdp, g_, b_, ssdp, s_, t_, xd.d, dxp, dg, db, dsc,
                                    dsh, ws.p, wsb),
                FNORM_STATUS_SUCCESS);
   CUDA_OK(cudaDeviceSynchronize());
   const auto hdx = to_host(dxp, E * es), hgw = to_host(dgw.p, dgw.bytes), hgss = to_host(dgss.p, dgss.bytes);
+  const auto hgsh = to_host(dgsh.p, dgsh.bytes);
   std::vector<double> dgam(C, 0), dbet(C, 0), dgam_abs(C, 0), dbet_abs(C, 0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) {
@@ -276,7 +280,7 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
           const double rds = ga * B + be * A, rdh = A;
           ok &= close(load_host(hgss.data(), st, o), rds,
                       rp * std::fabs(rds) + 2e-5 * (std::fabs(ga) * aB + std::fabs(be) * aA) + 1e-6, "dscale", o);
-          ok &= close(load_host(hgss.data(), st, o + C), rdh, rp * std::fabs(rdh) + 2e-5 * aA + 1e-6, "dshift", o);
+          ok &= close(load_host(hgsh.data(), st, o), rdh, rp * std::fabs(rdh) + 2e-5 * aA + 1e-6, "dshift", o);
         }
         dgam[c] += (1 + sc) * B;
         dbet[c] += (1 + sc) * A;
@@ -303,23 +307,27 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
   }
   // Determinism of the backward: the same bits again (not in place).
   if (!k.inplace) {
-    DeviceBuffer dx2(E * es), gw2(dgw.bytes), gss2(dgss.bytes);
+    DeviceBuffer dx2(E * es), gw2(dgw.bytes), gss2(dgss.bytes), gsh2(dgsh.bytes);
     dx2.poison();
     gw2.poison();
     gss2.poison();
+    gsh2.poison();
     CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn, xd.d, dx_in.p, xd.d, dyin, static_cast<float *>(dmean.p),
                                      static_cast<float *>(drstd.p), wdp, g_, b_, ssdp, s_, t_, xd.d, dx2.p,
                                      k.w ? gw2.p : nullptr, k.w ? gw2.at(C * elem_size(wt)) : nullptr,
-                                     k.ss ? gss2.p : nullptr, k.ss ? gss2.at(C * elem_size(st)) : nullptr, ws.p, wsb),
+                                     k.ss ? gss2.p : nullptr, k.ss ? gsh2.p : nullptr, ws.p, wsb),
                  FNORM_STATUS_SUCCESS);
     CUDA_OK(cudaDeviceSynchronize());
     ok &= to_host(dx2.p, E * es) == hdx;
     if (k.w) ok &= to_host(gw2.p, gw2.bytes) == hgw;
     if (k.ss) {
       // Only the elements the call writes (the halves of each row).
-      const auto b2 = to_host(gss2.p, gss2.bytes);
-      for (int64_t n = 0; n < N; ++n)
-        ok &= std::memcmp(&b2[n * 2 * C * elem_size(st)], &hgss[n * 2 * C * elem_size(st)], 2 * C * elem_size(st)) == 0;
+      const auto b2 = to_host(gss2.p, gss2.bytes), h2 = to_host(gsh2.p, gsh2.bytes);
+      const size_t row = C * elem_size(st);
+      for (int64_t n = 0; n < N; ++n) {
+        ok &= std::memcmp(&b2[2 * n * row], &hgss[2 * n * row], row) == 0;
+        ok &= std::memcmp(&h2[2 * n * row], &hgsh[2 * n * row], row) == 0;
+      }
     }
   }
   fnorm_groupnorm_desc_destroy(gn);
@@ -331,10 +339,11 @@ void test_empty(fnorm_handle_t h) {
   fnorm_groupnorm_desc_t gn;
   fnorm_groupnorm_desc_create(&gn);
   TDesc xd(FNORM_DTYPE_FLOAT16, {3, 64, 0, 5}), wd(FNORM_DTYPE_FLOAT32, {64}), ssd(FNORM_DTYPE_FLOAT32, {3, 64}, {128, 1});
-  DeviceBuffer mean(3 * 32 * 4), g(2 * 64 * 4), ss(3 * 128 * 4);
+  DeviceBuffer mean(3 * 32 * 4), g(2 * 64 * 4), ss(3 * 128 * 4), sh(3 * 128 * 4);
   mean.poison();
   g.poison();
   ss.poison();
+  sh.poison();
   size_t ws = 1;
   CHECK_STATUS(fnorm_groupnorm_fwd_workspace_size(h, gn, xd.d, &ws), FNORM_STATUS_SUCCESS);
   CHECK_EQ(ws, size_t{0});
@@ -342,19 +351,22 @@ void test_empty(fnorm_handle_t h) {
                                    xd.d, nullptr, static_cast<float *>(mean.p), nullptr, nullptr, 0),
                FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn, xd.d, nullptr, xd.d, nullptr, nullptr, nullptr, wd.d, nullptr,
-                                   nullptr, ssd.d, nullptr, nullptr, xd.d, nullptr, g.p, g.at(256), ss.p, ss.at(256),
+                                   nullptr, ssd.d, nullptr, nullptr, xd.d, nullptr, g.p, g.at(256), ss.p, sh.p,
                                    nullptr, 0),
                FNORM_STATUS_SUCCESS);
   CUDA_OK(cudaDeviceSynchronize());
   const auto hm = to_host(mean.p, mean.bytes), hg = to_host(g.p, g.bytes), hs = to_host(ss.p, ss.bytes);
+  const auto hh = to_host(sh.p, sh.bytes);
   CHECK(std::all_of(hm.begin(), hm.end(), [](unsigned char b) { return b == 0xFF; }));  // untouched
   CHECK(std::all_of(hg.begin(), hg.end(), [](unsigned char b) { return b == 0; }));
   bool rows = true;
   for (int n = 0; n < 3; ++n)
-    for (int c = 0; c < 128; ++c) {
-      float v;
+    for (int c = 0; c < 64; ++c) {  // the rows' first halves are written; the rest stays poisoned
+      float v, w, z;
       std::memcpy(&v, &hs[4 * (n * 128 + c)], 4);
-      rows &= v == 0.f;
+      std::memcpy(&w, &hh[4 * (n * 128 + c)], 4);
+      std::memcpy(&z, &hs[4 * (n * 128 + 64 + c)], 4);
+      rows &= v == 0.f && w == 0.f && std::isnan(z);
     }
   CHECK(rows);
   fnorm_groupnorm_desc_destroy(gn);

@@ -213,8 +213,9 @@ def group_norm_backward(dy, x, mean, rstd, num_groups: int, weight=None, bias=No
                         activation: GnActivation = GnActivation.NONE, need_weight_grads: bool = True,
                         need_scale_shift_grads: bool = True, dx_out=None, stream=None):
     """GroupNorm backward from the forward's statistics: the gradient of the
-    function group_norm computed with the same arguments (bias and shift are
-    read only with SILU, whose derivative is recomputed from x).
+    function group_norm computed with the same arguments (shift is read only
+    with SILU, whose derivative is recomputed from x; bias with SILU or for
+    dscale).
 
     mean, rstd: group_norm's (return_stats=True), N * G float32 values.
     need_weight_grads: dgamma / dbeta (when weight or bias was given), in
@@ -258,8 +259,9 @@ def group_norm_backward(dy, x, mean, rstd, num_groups: int, weight=None, bias=No
     # The backward uses the saved rstd, not epsilon: any valid one will do.
     gd = _gn_desc(int(num_groups), 1e-5, int(activation))
     handle = _handle_for(dev.index)
-    ws_bytes = groupnorm_bwd_workspace_size(handle, gd, xd, wd if dgamma is not None else None,
-                                            sd if dscale is not None else None)
+    # The query with the launch's descriptors: gamma / scale given make the
+    # launch describe w_desc / ss_desc, whatever gradients are asked for.
+    ws_bytes = groupnorm_bwd_workspace_size(handle, gd, xd, wd, sd)
     ws = _workspace(ws_bytes, dev, stream)
     st = (stream or torch.cuda.current_stream(dev)).cuda_stream
     check(_core.lib.fnorm_groupnorm_bwd(handle.ptr, st, gd.ptr, xd.ptr, _ptr_or_empty(x), dyd.ptr, _ptr_or_empty(dy),

@@ -517,8 +517,9 @@ impl Handle {
 
     /// GroupNorm backward (`fnorm_groupnorm_bwd`) from the forward's saved
     /// `mean` / `rstd` (required, as are `x` and `dy`), with the forward's
-    /// `gamma`, `beta`, `scale`, `shift` (null: absent; beta and shift are
-    /// read only with SiLU, whose derivative is recomputed from x). `dgamma`,
+    /// `gamma`, `beta`, `scale`, `shift` (null: absent; shift is read only
+    /// with SiLU, whose derivative is recomputed from x, beta with SiLU or
+    /// for dscale). `dgamma`,
     /// `dbeta` (described by `w_desc`), `dscale`, `dshift` (by `ss_desc`)
     /// are optional outputs; every sum is deterministic. `dx` may be `dy` or
     /// `x` (in place).
