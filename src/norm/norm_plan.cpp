@@ -4,6 +4,7 @@
 // launches both call these, so they cannot disagree.
 #include <algorithm>
 
+#include "core/run_op.hpp"
 #include "norm/norm.hpp"
 
 namespace fnorm {
@@ -376,12 +377,6 @@ Params shared_params(const NormProblem &v, const PlanT &plan) {
   return p;
 }
 
-// Plans are cached per (handle, problem, pack).
-struct NormPlanKey {
-  NormProblem problem;
-  int32_t pack = 0;
-  int32_t unused = 0;
-};
 }  // namespace
 
 NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan) {
@@ -407,23 +402,54 @@ NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan) {
   return p;
 }
 
-const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
-  return PlanCache<NormPlanKey, NormFwdPlan>::get(h->id, NormPlanKey{pb, pack, 0}, [&] {
-    const DeviceContext ctx = device_context(h);
-    NormFwdPlan plan = plan_norm_fwd(pb, pack, ctx, pb.rms(), pb.has(kNormResidual));
-    apply_fwd_tuning(pb, pack, ctx.dev, h->tuning.norm_fwd, plan);
-    // A quantized output (the problem's out_dtype keeps its plans apart in
-    // the cache) launches the instance's twin, with the plain kernel's shape.
-    const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
-    check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
-    if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
-    return plan;
-  });
+// ---- the ops' plan steps -----------------------------------------------------------
+
+NormPtrs NormFwd::pointer_class(fnorm_handle *, const NormProblem &pb, const NormFwdArgs &a) {
+  if (!pb.quantized())
+    return {choose_pack(pb, {a.x, a.y, a.residual, a.sum}, {pb.x_row_stride, pb.y_row_stride}, {a.gamma, a.beta},
+                        pb.param_f32())};
+  // x, residual and sum as the plain forward; y's codes take one byte each.
+  int pack = choose_pack(pb, {a.x, a.residual, a.sum}, {pb.x_row_stride}, {a.gamma, a.beta}, pb.param_f32());
+  while (pack > 1 && (!is_aligned(a.y, static_cast<size_t>(pack)) || (pb.rows > 1 && pb.y_row_stride % pack != 0)))
+    pack /= 2;
+  return {pack};
 }
 
-const NormBwdPlan &norm_bwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
-  return PlanCache<NormPlanKey, NormBwdPlan>::get(h->id, NormPlanKey{pb, pack, 0},
-                                                  [&] { return plan_norm_bwd(pb, pack, device_context(h)); });
+NormFwdPlan NormFwd::plan(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  const DeviceContext ctx = device_context(h);
+  NormFwdPlan plan = plan_norm_fwd(pb, ptrs.pack, ctx, pb.rms(), pb.has(kNormResidual));
+  apply_fwd_tuning(pb, ptrs.pack, ctx.dev, h->tuning.norm_fwd, plan);
+  // A quantized output (the problem's out_dtype keeps its plans apart in
+  // the cache) launches the instance's twin, with the plain kernel's shape.
+  const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
+  check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
+  if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
+  return plan;
+}
+
+NormPtrs NormBwd::pointer_class(fnorm_handle *, const NormProblem &pb, const NormBwdArgs &a) {
+  return {choose_pack(pb, {a.x, a.dy, a.dx, a.dsum}, {pb.x_row_stride, pb.y_row_stride, pb.dx_row_stride}, {a.gamma},
+                      pb.param_f32())};
+}
+
+NormBwdPlan NormBwd::plan(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  NormBwdPlan plan = plan_norm_bwd(pb, ptrs.pack, device_context(h));
+  plan.sizes.workspace = plan.workspace.bytes;
+  return plan;
+}
+
+Sizes NormBwd::sizes(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  return cached_plan<NormBwd>(h, pb, ptrs).sizes;
+}
+
+size_t NormBwd::workspace_size(fnorm_handle *h, const NormProblem &pb) {
+  if (pb.elements() == 0) return 0;
+  // The launch's pack follows the pointers' alignment: answer for the
+  // largest need over every pack the row length allows.
+  size_t most = 0;
+  for (int pack = static_cast<int>(kMaxPackBytes / dtype_size(pb.dtype)); pack >= 1; pack /= 2)
+    if (pb.cols % pack == 0) most = std::max(most, cached_plan<NormBwd>(h, pb, NormPtrs{pack}).sizes.workspace);
+  return most;
 }
 
 }  // namespace fnorm
