@@ -4,27 +4,13 @@
 // launches both call these, so they cannot disagree.
 #include <algorithm>
 
+#include "core/row_plan.hpp"
 #include "core/run_op.hpp"
 #include "norm/norm.hpp"
 
 namespace fnorm {
 
 namespace {
-
-// The instance of `tier` for (dtype, pack) with the fewest packs per thread
-// among those `fits` accepts, or null.
-template <class Instance, class Fits>
-const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t dtype, int pack,
-                             Tier tier, Fits fits) {
-  const Instance *best = nullptr;
-  for (size_t i = 0; i < count; ++i) {
-    const Instance &c = table[i];
-    if (c.dtype == dtype && c.pack == pack && c.tier == tier && fits(c.npack) &&
-        (best == nullptr || c.npack < best->npack))
-      best = &c;
-  }
-  return best;
-}
 
 // One block per row, or per cluster of `cluster` blocks: a whole number of
 // warps per block holding its share of the row, the fewest packs per thread
@@ -286,7 +272,7 @@ bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, No
   const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
   const int values = inst->npack * pack;
   if (width * values < kBwdRowsMinValues || width > bwd_rows_max_threads(values)) return false;
-  if (2 * norm_bwd_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
+  if (2 * row_ring_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
       static_cast<size_t>(dev.max_smem_optin))
     return false;
   plan.instance = inst;
