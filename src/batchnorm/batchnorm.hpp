@@ -204,17 +204,12 @@ struct BnOp {
   using Plan = BnPlan;
   static constexpr const char *kWorkspaceQuery = "the size query";
   static constexpr size_t kWorkspaceAlign = 16;
-  static Desc describe(const Descs &d, const Args *a);
-  static CallBuffers buffers(const Desc &pb, const Args &a);
-  static void check(const Desc &pb, const Args &a);
+  FNORM_OP_STEPS
   static Empty empty(const Desc &pb, const Args &a);
   static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
-  static Ptrs pointer_class(fnorm_handle *h, const Desc &pb, const Args &a);
   static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
   static void check_reserve(size_t need, const Desc &pb, const Args &a);
-  static Plan plan(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
   static void check_plan(const Plan &plan, const Desc &pb, const Args &a);
-  static void launch(const Plan &plan, const Desc &pb, const Args &a, cudaStream_t stream);
   static size_t workspace_size(fnorm_handle *h, const Desc &pb);
   static size_t reserve_size(fnorm_handle *h, const Desc &pb);
 };

@@ -44,6 +44,8 @@
 //                                           told to ask, and the alignment
 //                                           the launch needs of it
 //
+// FNORM_OP_STEPS declares the steps every op defines out of line; an op
+// declares the rest itself (those it defines inline differ by op).
 // require_op<Op>() refuses, at compile time, an op that lacks a step.
 #pragma once
 
@@ -150,6 +152,14 @@ class PlanCache {
     return s;
   }
 };
+
+#define FNORM_OP_STEPS                                                                        \
+  static Desc describe(const Descs &descs, const Args *args);                                \
+  static CallBuffers buffers(const Desc &desc, const Args &args);                            \
+  static void check(const Desc &desc, const Args &args);                                     \
+  static Ptrs pointer_class(fnorm_handle *h, const Desc &desc, const Args &args);            \
+  static Plan plan(fnorm_handle *h, const Desc &desc, const Ptrs &ptrs);                     \
+  static void launch(const Plan &plan, const Desc &desc, const Args &args, CUstream_st *stream);
 
 // ---- the compile-time check ---------------------------------------------------
 

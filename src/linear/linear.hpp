@@ -244,16 +244,11 @@ struct LinearFwd {
   using Plan = LinearFwdPlan;
   static constexpr const char *kWorkspaceQuery = "fnorm_linear_fwd_workspace_size";
   static constexpr size_t kWorkspaceAlign = 1;  // the launch aligns it (kAlignSlack)
-  static Desc describe(const Descs &d, const Args *a);
-  static CallBuffers buffers(const Desc &p, const Args &a);
-  static void check(const Desc &p, const Args &a);
+  FNORM_OP_STEPS
   static Empty empty(const Desc &p, const Args &) { return p.m * p.n == 0 ? Empty::Done : Empty::No; }
   static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
-  static Ptrs pointer_class(fnorm_handle *, const Desc &p, const Args &a);
   static Sizes sizes(fnorm_handle *h, const Desc &p, const Ptrs &) { return {workspace_size(h, p), 0}; }
-  static Plan plan(fnorm_handle *h, const Desc &p, const Ptrs &ptrs);
   static void check_plan(const Plan &, const Desc &, const Args &) {}
-  static void launch(const Plan &plan, const Desc &p, const Args &a, cudaStream_t stream);
   static size_t workspace_size(fnorm_handle *h, const Desc &p);
 };
 
@@ -309,16 +304,11 @@ struct LinearBwd {
   using Plan = LinearBwdPlan;
   static constexpr const char *kWorkspaceQuery = "fnorm_linear_bwd_workspace_size";
   static constexpr size_t kWorkspaceAlign = 1;  // the launch aligns it (kAlignSlack)
-  static Desc describe(const Descs &d, const Args *a);
-  static CallBuffers buffers(const Desc &c, const Args &a);
-  static void check(const Desc &c, const Args &a);
+  FNORM_OP_STEPS
   static Empty empty(const Desc &c, const Args &) { return c.wanted == 0 ? Empty::Done : Empty::No; }
   static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
-  static Ptrs pointer_class(fnorm_handle *, const Desc &c, const Args &a);
   static Sizes sizes(fnorm_handle *h, const Desc &c, const Ptrs &) { return {workspace_size(h, c), 0}; }
-  static Plan plan(fnorm_handle *h, const Desc &c, const Ptrs &ptrs);
   static void check_plan(const Plan &, const Desc &, const Args &) {}
-  static void launch(const Plan &plan, const Desc &c, const Args &a, cudaStream_t stream);
   static size_t workspace_size(fnorm_handle *h, const Desc &c);
 };
 

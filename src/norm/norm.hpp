@@ -224,16 +224,11 @@ struct NormFwd {
   using Plan = NormFwdPlan;
   static constexpr const char *kWorkspaceQuery = "fnorm_norm_fwd_workspace_size";
   static constexpr size_t kWorkspaceAlign = 1;
-  static Desc describe(const Descs &d, const Args *a);
-  static CallBuffers buffers(const Desc &pb, const Args &a);
-  static void check(const Desc &pb, const Args &a);
+  FNORM_OP_STEPS
   static Empty empty(const Desc &pb, const Args &a);
   static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
-  static Ptrs pointer_class(fnorm_handle *, const Desc &pb, const Args &a);
   static Sizes sizes(fnorm_handle *, const Desc &, const Ptrs &) { return {}; }
-  static Plan plan(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
   static void check_plan(const Plan &, const Desc &, const Args &) {}
-  static void launch(const Plan &plan, const Desc &pb, const Args &a, cudaStream_t stream);
   static size_t workspace_size(fnorm_handle *, const Desc &) { return 0; }
 };
 
@@ -248,18 +243,13 @@ struct NormBwd {
   using Plan = NormBwdPlan;
   static constexpr const char *kWorkspaceQuery = "fnorm_norm_bwd_workspace_size";
   static constexpr size_t kWorkspaceAlign = 16;
-  static Desc describe(const Descs &d, const Args *a);
-  static CallBuffers buffers(const Desc &pb, const Args &a);
-  static void check(const Desc &pb, const Args &a);
+  FNORM_OP_STEPS
   static Empty empty(const Desc &pb, const Args &a);
   static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
-  static Ptrs pointer_class(fnorm_handle *, const Desc &pb, const Args &a);
   // The grid (and so the workspace) follows the kernel's occupancy: planned
   // (and cached) to answer.
   static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
-  static Plan plan(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
   static void check_plan(const Plan &, const Desc &, const Args &) {}
-  static void launch(const Plan &plan, const Desc &pb, const Args &a, cudaStream_t stream);
   static size_t workspace_size(fnorm_handle *h, const Desc &pb);
 };
 
