@@ -288,6 +288,8 @@ struct LinearBwdPlan {
   bool n1 = false;          // n = 1: launch_linear_bwd_n1 instead of the GEMMs
   bool wgrad_planned = false, dgrad_planned = false;
   bool db_pass = false;     // db from our column sums (no fused bias gradient)
+  bool dz_flat = false;        // the dz pass element-wise (launch_linear_bwd_act's flat)
+  bool producer_flat = false;  // likewise the producer's derivative over dx
   GemmPlan wgrad, dgrad;
 };
 

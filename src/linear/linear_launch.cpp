@@ -21,17 +21,18 @@ LinearBuffers fwd_buffers(const LinearFwdArgs &a) {
 
 // dz (with an activation) in one pass over dy and aux; db's column sums
 // here too when `db_here` (no fused bias gradient).
-void run_dz_and_db(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLayout &layout, unsigned char *ws, bool db_here, cudaStream_t st) {
+void run_dz_and_db(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLayout &layout, unsigned char *ws, bool db_here,
+                   bool flat, cudaStream_t st) {
   const LinearProblem &p = c.p;
   float *partial = reinterpret_cast<float *>(ws + layout.partial_offset);
   if (c.act != LinearAct::None) {
     void *dz_out = (a.dx != nullptr || a.dw != nullptr) && p.k != 0 ? ws + layout.dz_offset : nullptr;
     check_cuda(launch_linear_bwd_act(p.dtype, c.act, a.dy, p.y.row_stride, a.aux, dz_out, p.n, p.m, p.n,
-                                     db_here ? partial : nullptr, layout.splits_n, st),
+                                     db_here ? partial : nullptr, layout.splits_n, flat, st),
                "linear backward activation kernel");
   } else if (db_here) {
     check_cuda(launch_linear_bwd_act(p.dtype, LinearAct::None, a.dy, p.y.row_stride, nullptr, nullptr, 0, p.m, p.n,
-                                     partial, layout.splits_n, st),
+                                     partial, layout.splits_n, false, st),
                "linear bias-gradient kernel");
   }
   if (db_here)
@@ -41,11 +42,12 @@ void run_dz_and_db(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLayo
 
 // The producer's derivative (and bias gradient) over dx in place, where the
 // dgrad GEMM could not fuse it.
-void run_producer_epilogue(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLayout &layout, unsigned char *ws, cudaStream_t st) {
+void run_producer_epilogue(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLayout &layout, unsigned char *ws,
+                           bool flat, cudaStream_t st) {
   const LinearProblem &p = c.p;
   float *partial = reinterpret_cast<float *>(ws + layout.partial_offset);
   check_cuda(launch_linear_bwd_act(p.dtype, c.prod_act, a.dx, c.dxm.row_stride, a.x_aux, a.dx, c.dxm.row_stride, p.m,
-                                   p.k, a.x_db ? partial : nullptr, layout.splits_k, st),
+                                   p.k, a.x_db ? partial : nullptr, layout.splits_k, flat, st),
              "linear backward activation kernel (x_producer)");
   if (a.x_db != nullptr)
     check_cuda(launch_column_sums(partial, nullptr, layout.splits_k, p.k, p.dtype, a.x_db, nullptr, st),
@@ -86,7 +88,7 @@ void run_degenerate(const LinearBwdDesc &c, const LinearBwdArgs &a, const BwdLay
     zero(a.db, vec_n, "cudaMemset2DAsync (db)");
     zero(a.x_db, vec_k, "cudaMemset2DAsync (x_db)");
   } else if (a.db != nullptr) {  // k = 0: dx and dw are empty; db needs dz
-    run_dz_and_db(c, a, layout, ws, true, st);
+    run_dz_and_db(c, a, layout, ws, true, false, st);
   }
 }
 
@@ -143,11 +145,11 @@ void LinearBwd::launch(const LinearBwdPlan &plan, const LinearBwdDesc &c, const 
   buf.x = a.x, buf.w = a.w, buf.dy = a.dy, buf.aux = a.aux, buf.x_aux = a.x_aux;
   buf.dx = a.dx, buf.dw = a.dw, buf.db = a.db, buf.x_db = a.x_db;
   buf.dz = c.act != LinearAct::None ? static_cast<const void *>(ws + plan.layout.dz_offset) : a.dy;
-  run_dz_and_db(c, a, plan.layout, ws, plan.db_pass, st);
+  run_dz_and_db(c, a, plan.layout, ws, plan.db_pass, plan.dz_flat, st);
   if (plan.wgrad_planned) plan.wgrad.launch(*plan.state, buf, ws, st);
   if (plan.dgrad_planned) {
     plan.dgrad.launch(*plan.state, buf, ws, st);
-    if (c.chained() && !plan.dgrad.fused) run_producer_epilogue(c, a, plan.layout, ws, st);
+    if (c.chained() && !plan.dgrad.fused) run_producer_epilogue(c, a, plan.layout, ws, plan.producer_flat, st);
   }
 }
 

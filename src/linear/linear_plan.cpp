@@ -259,6 +259,14 @@ GemmPlan plan_dgrad(LinearState &s, const Tuning &t, const LinearBwdDesc &c, con
 
 }  // namespace
 
+// Whether the activation's backward pass writes dz element-wise rather than
+// in row-slice tiles (which also sum columns), where no column sums are
+// needed. The element-wise pass took 7 us off the dz step of fp16 ReLU /
+// GELU at 8192 x 1024 (backward 69.2 against 76.2 us at 1024 x 784) but
+// added 7-18 us to fp32 ReLU (707 against 689), where the tiles stay (fp32
+// GELU: equal) (H200, bench/ab_linear.py, 2026-11-22).
+static bool flat_wins(fnorm_dtype_t dtype, LinearAct act) { return !(dtype == FNORM_DTYPE_FLOAT32 && act == LinearAct::Relu); }
+
 LinearBwdPtrs LinearBwd::pointer_class(fnorm_handle *, const LinearBwdDesc &, const LinearBwdArgs &a) {
   return {class_of(a.x),  class_of(a.w),  class_of(a.dy), class_of(a.aux), class_of(a.x_aux),
           class_of(a.dx), class_of(a.dw), class_of(a.db), class_of(a.x_db), 0};
@@ -295,6 +303,8 @@ LinearBwdPlan LinearBwd::plan(fnorm_handle *h, const LinearBwdDesc &c, const Lin
     plan.dgrad_planned = true;
   }
   plan.db_pass = buf.db != nullptr && !(plan.wgrad_planned && plan.wgrad.fused);
+  plan.dz_flat = !plan.db_pass && (buf.dx != nullptr || buf.dw != nullptr) && flat_wins(c.p.dtype, c.act);
+  plan.producer_flat = buf.x_db == nullptr && flat_wins(c.p.dtype, c.prod_act);
   return plan;
 }
 
