@@ -197,12 +197,12 @@ inline size_t cached_size(int query, std::initializer_list<const void *> ptrs, F
   return n;
 }
 
-const void *ptr(const c10::optional<at::Tensor> &t) {
+inline const void *ptr(const c10::optional<at::Tensor> &t) {
   return t.has_value() && t->defined() && t->numel() > 0 ? t->data_ptr() : nullptr;
 }
-const void *ptr(const at::Tensor &t) { return t.defined() && t.numel() > 0 ? t.data_ptr() : nullptr; }
-void *mptr(const at::Tensor &t) { return t.defined() && t.numel() > 0 ? t.data_ptr() : nullptr; }
-void *mptr(const c10::optional<at::Tensor> &t) {
+inline const void *ptr(const at::Tensor &t) { return t.defined() && t.numel() > 0 ? t.data_ptr() : nullptr; }
+inline void *mptr(const at::Tensor &t) { return t.defined() && t.numel() > 0 ? t.data_ptr() : nullptr; }
+inline void *mptr(const c10::optional<at::Tensor> &t) {
   return t.has_value() && t->defined() && t->numel() > 0 ? t->data_ptr() : nullptr;
 }
 
@@ -228,7 +228,7 @@ inline void same_device(const c10::optional<at::Tensor> &t, const at::Tensor &x,
     TORCH_CHECK(t->device() == x.device(), "fusednorm: ", what, " is on ", t->device(), ", x is on ", x.device());
 }
 
-at::Tensor empty0(const at::Tensor &like, at::ScalarType dt) { return new_vec(0, dt, like); }
+inline at::Tensor empty0(const at::Tensor &like, at::ScalarType dt) { return new_vec(0, dt, like); }
 
 // A registered op returns a tensor in every output: an empty one where the
 // implementation left it undefined (the eager entries take undefined ones and
