@@ -3,7 +3,7 @@
 // ops of the contract (core/op.hpp), NormFwd and NormBwd.
 //   norm_desc.cpp      fnorm_norm_desc_* (the descriptor API)
 //   norm_describe.cpp  describe (descriptors -> NormProblem), buffers, check
-//   norm_plan.cpp      pointer_class (the pack) and plan (NormProblem + pack + device -> plan)
+//   norm_plan.cpp      pointer_class (choose_pack) and plan (NormProblem + pack + device -> plan)
 //   norm_launch.cpp    launch, launch_empty
 //   norm_api.cpp       the C entry points: one run_op / query_op each
 //   norm_fwd.cuh, norm_bwd.cuh  the kernels and their launchers (instantiated by the generator)
@@ -134,14 +134,14 @@ NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_de
 // Normalized begin axis in [0, rank), or throws naming `arg`.
 int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
 
+// ---- plan (norm_plan.cpp) -----------------------------------------------------
+
 // The widest pack (elements, <= kMaxPackBytes) that every given data
 // pointer, the row length and the row strides allow. fp32 parameter pointers
 // need only 4 * min(pack, 4) bytes of alignment.
 int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
                 std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
                 bool param_f32);
-
-// ---- plan (norm_plan.cpp) -----------------------------------------------------
 
 // The chosen kernel instance and the launch shape it needs.
 template <class Instance>

@@ -2,7 +2,6 @@
 // LayerNorm / RMSNorm: describe (descriptors -> NormProblem), each call's
 // buffers with their extents, and the pointer rules. Built on
 // core/validate.hpp.
-#include <algorithm>
 #include <cstring>
 
 #include "norm/norm.hpp"
@@ -228,18 +227,6 @@ void NormBwd::check(const NormProblem &pb, const NormBwdArgs &a) {
   } else if (pb.elements() != 0) {
     require_not_null(a.mean, "mean");
   }
-}
-
-int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
-                std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
-                bool param_f32) {
-  const size_t elem = dtype_size(v.dtype);
-  return widest_pack(elem, kMaxPackBytes, [&](int p) {
-    bool ok = v.cols % p == 0;
-    for (int64_t s : strides) ok = ok && (v.rows == 1 || s % p == 0);
-    const size_t param_align = param_f32 ? 4 * static_cast<size_t>(std::min(p, 4)) : p * elem;
-    return ok && all_aligned(data, p * elem) && all_aligned(params, param_align);
-  });
 }
 
 }  // namespace fnorm

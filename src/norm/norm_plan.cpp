@@ -390,6 +390,19 @@ NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan) {
 
 // ---- the ops' plan steps -----------------------------------------------------------
 
+int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
+                std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
+                bool param_f32) {
+  const size_t elem = dtype_size(v.dtype);
+  return widest_pack(elem, kMaxPackBytes, [&](int p) {
+    bool ok = v.cols % p == 0;
+    for (int64_t s : strides) ok = ok && (v.rows == 1 || s % p == 0);
+    const size_t param_align = param_f32 ? 4 * static_cast<size_t>(std::min(p, 4)) : p * elem;
+    return ok && all_aligned(data, p * elem) && all_aligned(params, param_align);
+  });
+}
+
+
 NormPtrs NormFwd::pointer_class(fnorm_handle *, const NormProblem &pb, const NormFwdArgs &a) {
   if (!pb.quantized())
     return {choose_pack(pb, {a.x, a.y, a.residual, a.sum}, {pb.x_row_stride, pb.y_row_stride}, {a.gamma, a.beta},
