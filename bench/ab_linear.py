@@ -8,7 +8,7 @@ the same buffers, interleaved, at bench_linear.py's seed shapes.
 Variants:
   old    FNORM_LINEAR_FWD_AUX=lt (cuBLASLt's activation epilogues always),
          FNORM_LINEAR_NO_N1=1 (GEMMs at n = 1)
-  new    the defaults (the rule in src/linear/linear_fwd.cpp picks our
+  new    the defaults (the rule in src/linear/linear_plan.cpp picks our
          activation passes or cuBLASLt's epilogues; the element-wise dz
          kernel; our n = 1 backward)
   own    new + FNORM_LINEAR_FWD_AUX=own (our passes wherever they apply)

@@ -57,30 +57,19 @@ type BatchNormDesc struct {
 // (fnorm_batchnorm_desc_create).
 func NewBatchNormDesc() (*BatchNormDesc, error) {
 	bd := &BatchNormDesc{}
-	err := openDesc(bd, &bd.cdesc, "BatchNorm descriptor",
+	return opened(bd, openDesc(bd, &bd.cdesc, "BatchNorm descriptor",
 		"fnorm_batchnorm_desc_create", func(d *C.fnorm_batchnorm_desc_t, m **C.char) C.fnorm_status_t {
 			return C.gofn_batchnorm_desc_create(d, m)
 		},
 		"fnorm_batchnorm_desc_destroy", func(d C.fnorm_batchnorm_desc_t, m **C.char) C.fnorm_status_t {
 			return C.gofn_batchnorm_desc_destroy(d, m)
-		})
-	if err != nil {
-		return nil, err
-	}
-	return bd, nil
+		}))
 }
 
 // NewBatchNorm creates a BatchNorm descriptor and sets it (see Set).
 func NewBatchNorm(epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64) (*BatchNormDesc, error) {
 	bd, err := NewBatchNormDesc()
-	if err != nil {
-		return nil, err
-	}
-	if err := bd.Set(epilogue, epsilon, average, momentum); err != nil {
-		bd.Close()
-		return nil, err
-	}
-	return bd, nil
+	return newSet(bd, err, func(d *BatchNormDesc) error { return d.Set(epilogue, epsilon, average, momentum) })
 }
 
 // Close destroys the descriptor (fnorm_batchnorm_desc_destroy); twice is a
@@ -92,56 +81,36 @@ func (b *BatchNormDesc) Close() error {
 // Set sets the epilogue, epsilon, averaging and momentum
 // (fnorm_batchnorm_desc_set); the engine and communicator are kept.
 func (b *BatchNormDesc) Set(epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64) error {
-	const op = "fnorm_batchnorm_desc_set"
-	d, unlock, err := b.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_desc_set(d, C.fnorm_bn_epilogue_t(epilogue), C.double(epsilon),
-		C.fnorm_bn_average_t(average), C.double(momentum), &msg), msg)
+	return b.base().set("fnorm_batchnorm_desc_set", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_set(d, C.fnorm_bn_epilogue_t(epilogue), C.double(epsilon),
+			C.fnorm_bn_average_t(average), C.double(momentum), msg)
+	})
 }
 
 // Get reads the descriptor back (fnorm_batchnorm_desc_get).
 func (b *BatchNormDesc) Get() (epilogue BNEpilogue, epsilon float64, average BNAverage, momentum float64, err error) {
-	const op = "fnorm_batchnorm_desc_get"
-	d, unlock, err := b.base().lockRead(op)
-	if err != nil {
-		return 0, 0, 0, 0, err
-	}
-	defer unlock()
 	var ep C.fnorm_bn_epilogue_t
 	var av C.fnorm_bn_average_t
 	var eps, mom C.double
-	var msg *C.char
-	err = check(op, C.gofn_batchnorm_desc_get(d, &ep, &eps, &av, &mom, &msg), msg)
+	err = b.base().get("fnorm_batchnorm_desc_get", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_get(d, &ep, &eps, &av, &mom, msg)
+	})
 	return BNEpilogue(ep), float64(eps), BNAverage(av), float64(mom), err
 }
 
 // SetEngine chooses the engine (fnorm_batchnorm_desc_set_engine).
 func (b *BatchNormDesc) SetEngine(engine BNEngine) error {
-	const op = "fnorm_batchnorm_desc_set_engine"
-	d, unlock, err := b.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_desc_set_engine(d, C.fnorm_bn_engine_t(engine), &msg), msg)
+	return b.base().set("fnorm_batchnorm_desc_set_engine", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_set_engine(d, C.fnorm_bn_engine_t(engine), msg)
+	})
 }
 
 // Engine reads the engine (fnorm_batchnorm_desc_get_engine).
 func (b *BatchNormDesc) Engine() (BNEngine, error) {
-	const op = "fnorm_batchnorm_desc_get_engine"
-	d, unlock, err := b.base().lockRead(op)
-	if err != nil {
-		return 0, err
-	}
-	defer unlock()
 	var e C.fnorm_bn_engine_t
-	var msg *C.char
-	err = check(op, C.gofn_batchnorm_desc_get_engine(d, &e, &msg), msg)
+	err := b.base().get("fnorm_batchnorm_desc_get_engine", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_get_engine(d, &e, msg)
+	})
 	return BNEngine(e), err
 }
 
@@ -151,29 +120,19 @@ func (b *BatchNormDesc) Engine() (BNEngine, error) {
 // (fnorm_batchnorm_desc_set_comm). The library neither creates nor destroys
 // it: keep it alive while the descriptor uses it. Never pass a Go pointer.
 func (b *BatchNormDesc) SetComm(comm unsafe.Pointer, flags BNSyncFlag) error {
-	const op = "fnorm_batchnorm_desc_set_comm"
-	d, unlock, err := b.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_desc_set_comm(d, (*C.struct_ncclComm)(comm), C.uint32_t(flags), &msg), msg)
+	return b.base().set("fnorm_batchnorm_desc_set_comm", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_set_comm(d, (*C.struct_ncclComm)(comm), C.uint32_t(flags), msg)
+	})
 }
 
 // Comm reads the attached communicator (nil: none) and flags
 // (fnorm_batchnorm_desc_get_comm).
 func (b *BatchNormDesc) Comm() (unsafe.Pointer, BNSyncFlag, error) {
-	const op = "fnorm_batchnorm_desc_get_comm"
-	d, unlock, err := b.base().lockRead(op)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer unlock()
 	var c *C.struct_ncclComm
 	var f C.uint32_t
-	var msg *C.char
-	err = check(op, C.gofn_batchnorm_desc_get_comm(d, &c, &f, &msg), msg)
+	err := b.base().get("fnorm_batchnorm_desc_get_comm", func(d C.fnorm_batchnorm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_batchnorm_desc_get_comm(d, &c, &f, msg)
+	})
 	return unsafe.Pointer(c), BNSyncFlag(f), err
 }
 
@@ -190,51 +149,42 @@ func (e *argErr) bn(b *BatchNormDesc, op, arg string) C.fnorm_batchnorm_desc_t {
 	return descArg(e, b.base(), op, arg)
 }
 
-type bnSizeFn func(C.fnorm_handle_t, C.fnorm_batchnorm_desc_t, C.fnorm_tensor_desc_t, *C.size_t, **C.char) C.fnorm_status_t
-
-func (h *Handle) bnSize(op string, fn bnSizeFn, bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
-	unlock := rlock(h.obj(), bn.obj(), x.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	bp := e.bn(bn, op, "bn")
-	xp := e.tensor(x, op, "x_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, fn(hp, bp, xp, &n, &msg), msg)
-	return uint64(n), err
+// bnSize answers a size query of (bn, x).
+func (h *Handle) bnSize(op string, bn *BatchNormDesc, x *TensorDesc,
+	fn func(C.fnorm_handle_t, C.fnorm_batchnorm_desc_t, C.fnorm_tensor_desc_t, *C.size_t, **C.char) C.fnorm_status_t) (uint64, error) {
+	return querySize(op, []*object{h.obj(), bn.obj(), x.obj()}, func(e *argErr, op string) sizeCall {
+		hp, bp, xp := e.handle(h, op), e.bn(bn, op, "bn"), e.tensor(x, op, "x_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t { return fn(hp, bp, xp, n, msg) }
+	})
 }
 
 // BatchNormFwdTrainWorkspaceSize: fnorm_batchnorm_fwd_train_workspace_size.
 func (h *Handle) BatchNormFwdTrainWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
-	return h.bnSize("fnorm_batchnorm_fwd_train_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+	return h.bnSize("fnorm_batchnorm_fwd_train_workspace_size", bn, x, func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
 		return C.gofn_batchnorm_fwd_train_workspace_size(a, b, c, n, m)
-	}, bn, x)
+	})
 }
 
 // BatchNormReserveSpaceSize is what training forward writes for backward
 // (the ReLU mask): fnorm_batchnorm_reserve_space_size.
 func (h *Handle) BatchNormReserveSpaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
-	return h.bnSize("fnorm_batchnorm_reserve_space_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+	return h.bnSize("fnorm_batchnorm_reserve_space_size", bn, x, func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
 		return C.gofn_batchnorm_reserve_space_size(a, b, c, n, m)
-	}, bn, x)
+	})
 }
 
 // BatchNormFwdInferWorkspaceSize: fnorm_batchnorm_fwd_infer_workspace_size.
 func (h *Handle) BatchNormFwdInferWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
-	return h.bnSize("fnorm_batchnorm_fwd_infer_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+	return h.bnSize("fnorm_batchnorm_fwd_infer_workspace_size", bn, x, func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
 		return C.gofn_batchnorm_fwd_infer_workspace_size(a, b, c, n, m)
-	}, bn, x)
+	})
 }
 
 // BatchNormBwdWorkspaceSize: fnorm_batchnorm_bwd_workspace_size.
 func (h *Handle) BatchNormBwdWorkspaceSize(bn *BatchNormDesc, x *TensorDesc) (uint64, error) {
-	return h.bnSize("fnorm_batchnorm_bwd_workspace_size", func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
+	return h.bnSize("fnorm_batchnorm_bwd_workspace_size", bn, x, func(a C.fnorm_handle_t, b C.fnorm_batchnorm_desc_t, c C.fnorm_tensor_desc_t, n *C.size_t, m **C.char) C.fnorm_status_t {
 		return C.gofn_batchnorm_bwd_workspace_size(a, b, c, n, m)
-	}, bn, x)
+	})
 }
 
 // BatchNormFwdTrain holds the arguments of fnorm_batchnorm_fwd_train.
@@ -259,25 +209,21 @@ type BatchNormFwdTrain struct {
 // BatchNormFwdTrain enqueues a training forward (fnorm_batchnorm_fwd_train);
 // with a communicator attached to BN, SyncBatchNorm.
 func (h *Handle) BatchNormFwdTrain(stream Stream, a *BatchNormFwdTrain) error {
-	const op = "fnorm_batchnorm_fwd_train"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_batchnorm_fwd_train", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	bp := e.bn(a.BN, op, "bn")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	yp := e.tensor(a.YDesc, op, "y_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_fwd_train(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
-		up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), up(a.NumBatchesTracked),
-		yp, up(a.Y), up(a.SavedMean), up(a.SavedInvstd), up(a.Workspace), C.size_t(a.WorkspaceLen),
-		up(a.Reserve), C.size_t(a.ReserveLen), &msg), msg)
+	return callC("fnorm_batchnorm_fwd_train", []*object{h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		bp := e.bn(a.BN, op, "bn")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		yp := e.tensor(a.YDesc, op, "y_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_batchnorm_fwd_train(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
+				up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), up(a.NumBatchesTracked),
+				yp, up(a.Y), up(a.SavedMean), up(a.SavedInvstd), up(a.Workspace), C.size_t(a.WorkspaceLen),
+				up(a.Reserve), C.size_t(a.ReserveLen), msg)
+		}
+	})
 }
 
 // BatchNormFwdInfer holds the arguments of fnorm_batchnorm_fwd_infer.
@@ -296,24 +242,20 @@ type BatchNormFwdInfer struct {
 
 // BatchNormFwdInfer enqueues an inference forward (fnorm_batchnorm_fwd_infer).
 func (h *Handle) BatchNormFwdInfer(stream Stream, a *BatchNormFwdInfer) error {
-	const op = "fnorm_batchnorm_fwd_infer"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_batchnorm_fwd_infer", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	bp := e.bn(a.BN, op, "bn")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	yp := e.tensor(a.YDesc, op, "y_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_fwd_infer(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
-		up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), yp, up(a.Y),
-		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_batchnorm_fwd_infer", []*object{h.obj(), a.BN.obj(), a.XDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		bp := e.bn(a.BN, op, "bn")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		yp := e.tensor(a.YDesc, op, "y_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_batchnorm_fwd_infer(hp, C.uintptr_t(stream), bp, xp, up(a.X), up(a.Z),
+				up(a.Gamma), up(a.Beta), up(a.RunningMean), up(a.RunningVar), yp, up(a.Y),
+				up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }
 
 // BatchNormBwd holds the arguments of fnorm_batchnorm_bwd.
@@ -338,24 +280,20 @@ type BatchNormBwd struct {
 
 // BatchNormBwd enqueues a BatchNorm backward (fnorm_batchnorm_bwd).
 func (h *Handle) BatchNormBwd(stream Stream, a *BatchNormBwd) error {
-	const op = "fnorm_batchnorm_bwd"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_batchnorm_bwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.BN.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.DXDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	bp := e.bn(a.BN, op, "bn")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	dyp := e.tensor(a.DYDesc, op, "dy_desc")
-	dxp := e.tensor(a.DXDesc, op, "dx_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_batchnorm_bwd(hp, C.uintptr_t(stream), bp, xp, up(a.X), dyp, up(a.DY),
-		up(a.Y), up(a.Gamma), up(a.Beta), up(a.SavedMean), up(a.SavedInvstd),
-		up(a.Reserve), C.size_t(a.ReserveLen), dxp, up(a.DX), up(a.DZ), up(a.DGamma), up(a.DBeta),
-		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_batchnorm_bwd", []*object{h.obj(), a.BN.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.DXDesc.obj()}, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		bp := e.bn(a.BN, op, "bn")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		dyp := e.tensor(a.DYDesc, op, "dy_desc")
+		dxp := e.tensor(a.DXDesc, op, "dx_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_batchnorm_bwd(hp, C.uintptr_t(stream), bp, xp, up(a.X), dyp, up(a.DY),
+				up(a.Y), up(a.Gamma), up(a.Beta), up(a.SavedMean), up(a.SavedInvstd),
+				up(a.Reserve), C.size_t(a.ReserveLen), dxp, up(a.DX), up(a.DZ), up(a.DGamma), up(a.DBeta),
+				up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }

@@ -102,6 +102,85 @@ func (c *cdesc[P]) lockWrite(op string) (P, func(), error) {
 	return c.d, c.mu.Unlock, nil
 }
 
+// set runs the setter op on the write-locked C object.
+func (c *cdesc[P]) set(op string, call func(P, **C.char) C.fnorm_status_t) error {
+	d, unlock, err := c.lockWrite(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, call(d, &msg), msg)
+}
+
+// get runs the getter op on the read-locked C object.
+func (c *cdesc[P]) get(op string, call func(P, **C.char) C.fnorm_status_t) error {
+	d, unlock, err := c.lockRead(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var msg *C.char
+	return check(op, call(d, &msg), msg)
+}
+
+// opened is the descriptor `d` that openDesc made, or openDesc's error.
+func opened[T any](d *T, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newSet returns a new descriptor set by set (closed again if set refuses).
+func newSet[T interface{ Close() error }](d T, err error, set func(T) error) (T, error) {
+	var none T
+	if err != nil {
+		return none, err
+	}
+	if err := set(d); err != nil {
+		d.Close()
+		return none, err
+	}
+	return d, nil
+}
+
+// cCall and sizeCall are a C entry point with its arguments bound, run by
+// callC and querySize once the call's objects are locked and its
+// descriptors converted.
+type cCall func(msg **C.char) C.fnorm_status_t
+type sizeCall func(n *C.size_t, msg **C.char) C.fnorm_status_t
+
+// callC is every launch's wrapper: the call's objects read-locked, bind
+// converting its descriptors (the first refusal wins, and no C call is
+// made), then the call, its status checked as op.
+func callC(op string, locks []*object, bind func(e *argErr, op string) cCall) error {
+	unlock := rlock(locks...)
+	defer unlock()
+	var e argErr
+	call := bind(&e, op)
+	if e.err != nil {
+		return e.err
+	}
+	var msg *C.char
+	return check(op, call(&msg), msg)
+}
+
+// querySize is callC for a size query: the bytes it answers.
+func querySize(op string, locks []*object, bind func(e *argErr, op string) sizeCall) (uint64, error) {
+	unlock := rlock(locks...)
+	defer unlock()
+	var e argErr
+	call := bind(&e, op)
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n C.size_t
+	var msg *C.char
+	err := check(op, call(&n, &msg), msg)
+	return uint64(n), err
+}
+
 // descArg is ptr for a call's argument list, keeping the first refusal in e.
 func descArg[P comparable](e *argErr, c *cdesc[P], op, arg string) P {
 	p, err := c.ptr(op, arg)

@@ -43,26 +43,15 @@ type LinearDesc struct {
 // (fnorm_linear_desc_create); ErrNotSupportedBuild without cuBLASLt.
 func NewLinearDesc() (*LinearDesc, error) {
 	ld := &LinearDesc{}
-	err := openDesc(ld, &ld.cdesc, "linear descriptor",
+	return opened(ld, openDesc(ld, &ld.cdesc, "linear descriptor",
 		"fnorm_linear_desc_create", func(d *C.fnorm_linear_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_linear_desc_create(d, m) },
-		"fnorm_linear_desc_destroy", func(d C.fnorm_linear_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_linear_desc_destroy(d, m) })
-	if err != nil {
-		return nil, err
-	}
-	return ld, nil
+		"fnorm_linear_desc_destroy", func(d C.fnorm_linear_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_linear_desc_destroy(d, m) }))
 }
 
 // NewLinear creates a linear descriptor and sets it (see Set).
 func NewLinear(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag) (*LinearDesc, error) {
 	ld, err := NewLinearDesc()
-	if err != nil {
-		return nil, err
-	}
-	if err := ld.Set(epilogue, layout, flags); err != nil {
-		ld.Close()
-		return nil, err
-	}
-	return ld, nil
+	return newSet(ld, err, func(d *LinearDesc) error { return d.Set(epilogue, layout, flags) })
 }
 
 // Close destroys the descriptor (fnorm_linear_desc_destroy); twice is a no-op.
@@ -72,30 +61,20 @@ func (l *LinearDesc) Close() error {
 
 // Set sets the epilogue, the weight layout and the flags (fnorm_linear_desc_set).
 func (l *LinearDesc) Set(epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag) error {
-	const op = "fnorm_linear_desc_set"
-	d, unlock, err := l.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_linear_desc_set(d, C.fnorm_linear_epilogue_t(epilogue),
-		C.fnorm_linear_weight_layout_t(layout), C.uint32_t(flags), &msg), msg)
+	return l.base().set("fnorm_linear_desc_set", func(d C.fnorm_linear_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_linear_desc_set(d, C.fnorm_linear_epilogue_t(epilogue),
+			C.fnorm_linear_weight_layout_t(layout), C.uint32_t(flags), msg)
+	})
 }
 
 // Get reads the descriptor back (fnorm_linear_desc_get).
 func (l *LinearDesc) Get() (epilogue LinearEpilogue, layout LinearWeightLayout, flags LinearFlag, err error) {
-	const op = "fnorm_linear_desc_get"
-	d, unlock, err := l.base().lockRead(op)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer unlock()
 	var ep C.fnorm_linear_epilogue_t
 	var lay C.fnorm_linear_weight_layout_t
 	var f C.uint32_t
-	var msg *C.char
-	err = check(op, C.gofn_linear_desc_get(d, &ep, &lay, &f, &msg), msg)
+	err = l.base().get("fnorm_linear_desc_get", func(d C.fnorm_linear_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_linear_desc_get(d, &ep, &lay, &f, msg)
+	})
 	return LinearEpilogue(ep), LinearWeightLayout(lay), LinearFlag(f), err
 }
 
@@ -115,40 +94,28 @@ func (e *argErr) linear(l *LinearDesc, op, arg string) C.fnorm_linear_desc_t {
 // LinearAuxSize is the bytes of the aux buffer a training forward writes
 // and its backward reads (fnorm_linear_aux_size); 0 for None and Bias.
 func (h *Handle) LinearAuxSize(desc *LinearDesc, y *TensorDesc) (uint64, error) {
-	const op = "fnorm_linear_aux_size"
-	unlock := rlock(h.obj(), desc.obj(), y.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	lp := e.linear(desc, op, "desc")
-	yp := e.tensor(y, op, "y_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_linear_aux_size(hp, lp, yp, &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_linear_aux_size", []*object{h.obj(), desc.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		lp := e.linear(desc, op, "desc")
+		yp := e.tensor(y, op, "y_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_linear_aux_size(hp, lp, yp, n, msg)
+		}
+	})
 }
 
 // LinearFwdWorkspaceSize: fnorm_linear_fwd_workspace_size.
 func (h *Handle) LinearFwdWorkspaceSize(desc *LinearDesc, x, w, y *TensorDesc) (uint64, error) {
-	const op = "fnorm_linear_fwd_workspace_size"
-	unlock := rlock(h.obj(), desc.obj(), x.obj(), w.obj(), y.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	lp := e.linear(desc, op, "desc")
-	xp := e.tensor(x, op, "x_desc")
-	wp := e.tensor(w, op, "w_desc")
-	yp := e.tensor(y, op, "y_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_linear_fwd_workspace_size(hp, lp, xp, wp, yp, &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_linear_fwd_workspace_size", []*object{h.obj(), desc.obj(), x.obj(), w.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		lp := e.linear(desc, op, "desc")
+		xp := e.tensor(x, op, "x_desc")
+		wp := e.tensor(w, op, "w_desc")
+		yp := e.tensor(y, op, "y_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_linear_fwd_workspace_size(hp, lp, xp, wp, yp, n, msg)
+		}
+	})
 }
 
 // LinearFwd holds the arguments of fnorm_linear_fwd.
@@ -169,45 +136,35 @@ type LinearFwd struct {
 
 // LinearFwd enqueues y = act(x W + b) (fnorm_linear_fwd).
 func (h *Handle) LinearFwd(stream Stream, a *LinearFwd) error {
-	const op = "fnorm_linear_fwd"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_linear_fwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	lp := e.linear(a.Desc, op, "desc")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	wp := e.tensor(a.WDesc, op, "w_desc")
-	yp := e.tensor(a.YDesc, op, "y_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_linear_fwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), up(a.Bias),
-		yp, up(a.Y), up(a.Aux), C.size_t(a.AuxLen), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_linear_fwd", []*object{h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		lp := e.linear(a.Desc, op, "desc")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		wp := e.tensor(a.WDesc, op, "w_desc")
+		yp := e.tensor(a.YDesc, op, "y_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_linear_fwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), up(a.Bias),
+				yp, up(a.Y), up(a.Aux), C.size_t(a.AuxLen), up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }
 
 // LinearBwdWorkspaceSize: fnorm_linear_bwd_workspace_size (xProducer nil: none).
 func (h *Handle) LinearBwdWorkspaceSize(desc *LinearDesc, x, w, dy *TensorDesc, xProducer *LinearDesc) (uint64, error) {
-	const op = "fnorm_linear_bwd_workspace_size"
-	unlock := rlock(h.obj(), desc.obj(), x.obj(), w.obj(), dy.obj(), xProducer.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	lp := e.linear(desc, op, "desc")
-	xp := e.tensor(x, op, "x_desc")
-	wp := e.tensor(w, op, "w_desc")
-	dyp := e.tensor(dy, op, "dy_desc")
-	pp := e.linear(xProducer, op, "x_producer")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_linear_bwd_workspace_size(hp, lp, xp, wp, dyp, pp, &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_linear_bwd_workspace_size", []*object{h.obj(), desc.obj(), x.obj(), w.obj(), dy.obj(), xProducer.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		lp := e.linear(desc, op, "desc")
+		xp := e.tensor(x, op, "x_desc")
+		wp := e.tensor(w, op, "w_desc")
+		dyp := e.tensor(dy, op, "dy_desc")
+		pp := e.linear(xProducer, op, "x_producer")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_linear_bwd_workspace_size(hp, lp, xp, wp, dyp, pp, n, msg)
+		}
+	})
 }
 
 // LinearBwd holds the arguments of fnorm_linear_bwd. Each output is
@@ -234,26 +191,23 @@ type LinearBwd struct {
 
 // LinearBwd enqueues the backward of LinearFwd (fnorm_linear_bwd).
 func (h *Handle) LinearBwd(stream Stream, a *LinearBwd) error {
-	const op = "fnorm_linear_bwd"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_linear_bwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.DYDesc.obj(),
-		a.XProducer.obj(), a.DXDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	lp := e.linear(a.Desc, op, "desc")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	wp := e.tensor(a.WDesc, op, "w_desc")
-	dyp := e.tensor(a.DYDesc, op, "dy_desc")
-	pp := e.linear(a.XProducer, op, "x_producer")
-	dxp := e.tensor(a.DXDesc, op, "dx_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_linear_bwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), dyp, up(a.DY),
-		up(a.Aux), C.size_t(a.AuxLen), pp, up(a.XAux), C.size_t(a.XAuxLen), dxp, up(a.DX),
-		up(a.DW), up(a.DB), up(a.XDB), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	locks := []*object{h.obj(), a.Desc.obj(), a.XDesc.obj(), a.WDesc.obj(), a.DYDesc.obj(), a.XProducer.obj(),
+		a.DXDesc.obj()}
+	return callC("fnorm_linear_bwd", locks, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		lp := e.linear(a.Desc, op, "desc")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		wp := e.tensor(a.WDesc, op, "w_desc")
+		dyp := e.tensor(a.DYDesc, op, "dy_desc")
+		pp := e.linear(a.XProducer, op, "x_producer")
+		dxp := e.tensor(a.DXDesc, op, "dx_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_linear_bwd(hp, C.uintptr_t(stream), lp, xp, up(a.X), wp, up(a.W), dyp, up(a.DY),
+				up(a.Aux), C.size_t(a.AuxLen), pp, up(a.XAux), C.size_t(a.XAuxLen), dxp, up(a.DX),
+				up(a.DW), up(a.DB), up(a.XDB), up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }

@@ -39,26 +39,15 @@ type NormDesc struct {
 // (fnorm_norm_desc_create).
 func NewNormDesc() (*NormDesc, error) {
 	nd := &NormDesc{}
-	err := openDesc(nd, &nd.cdesc, "normalization descriptor",
+	return opened(nd, openDesc(nd, &nd.cdesc, "normalization descriptor",
 		"fnorm_norm_desc_create", func(d *C.fnorm_norm_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_norm_desc_create(d, m) },
-		"fnorm_norm_desc_destroy", func(d C.fnorm_norm_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_norm_desc_destroy(d, m) })
-	if err != nil {
-		return nil, err
-	}
-	return nd, nil
+		"fnorm_norm_desc_destroy", func(d C.fnorm_norm_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_norm_desc_destroy(d, m) }))
 }
 
 // NewNorm creates a normalization descriptor and sets it (see Set).
 func NewNorm(mode NormMode, beginNormAxis int32, epsilon float64) (*NormDesc, error) {
 	nd, err := NewNormDesc()
-	if err != nil {
-		return nil, err
-	}
-	if err := nd.Set(mode, beginNormAxis, epsilon); err != nil {
-		nd.Close()
-		return nil, err
-	}
-	return nd, nil
+	return newSet(nd, err, func(d *NormDesc) error { return d.Set(mode, beginNormAxis, epsilon) })
 }
 
 // Close destroys the descriptor (fnorm_norm_desc_destroy); twice is a no-op.
@@ -69,55 +58,35 @@ func (n *NormDesc) Close() error {
 // Set sets the mode, the first normalized dimension (negative counts from
 // the end, -1 the last) and epsilon (fnorm_norm_desc_set). Flags are kept.
 func (n *NormDesc) Set(mode NormMode, beginNormAxis int32, epsilon float64) error {
-	const op = "fnorm_norm_desc_set"
-	d, unlock, err := n.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_norm_desc_set(d, C.fnorm_norm_mode_t(mode), C.int32_t(beginNormAxis), C.double(epsilon), &msg), msg)
+	return n.base().set("fnorm_norm_desc_set", func(d C.fnorm_norm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_norm_desc_set(d, C.fnorm_norm_mode_t(mode), C.int32_t(beginNormAxis), C.double(epsilon), msg)
+	})
 }
 
 // Get reads the descriptor back (fnorm_norm_desc_get).
 func (n *NormDesc) Get() (mode NormMode, beginNormAxis int32, epsilon float64, err error) {
-	const op = "fnorm_norm_desc_get"
-	d, unlock, err := n.base().lockRead(op)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer unlock()
 	var m C.fnorm_norm_mode_t
 	var ax C.int32_t
 	var eps C.double
-	var msg *C.char
-	err = check(op, C.gofn_norm_desc_get(d, &m, &ax, &eps, &msg), msg)
+	err = n.base().get("fnorm_norm_desc_get", func(d C.fnorm_norm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_norm_desc_get(d, &m, &ax, &eps, msg)
+	})
 	return NormMode(m), int32(ax), float64(eps), err
 }
 
 // SetFlags replaces the flags (fnorm_norm_desc_set_flags).
 func (n *NormDesc) SetFlags(flags NormFlag) error {
-	const op = "fnorm_norm_desc_set_flags"
-	d, unlock, err := n.base().lockWrite(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var msg *C.char
-	return check(op, C.gofn_norm_desc_set_flags(d, C.uint32_t(flags), &msg), msg)
+	return n.base().set("fnorm_norm_desc_set_flags", func(d C.fnorm_norm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_norm_desc_set_flags(d, C.uint32_t(flags), msg)
+	})
 }
 
 // Flags reads the flags (fnorm_norm_desc_get_flags).
 func (n *NormDesc) Flags() (NormFlag, error) {
-	const op = "fnorm_norm_desc_get_flags"
-	d, unlock, err := n.base().lockRead(op)
-	if err != nil {
-		return 0, err
-	}
-	defer unlock()
 	var f C.uint32_t
-	var msg *C.char
-	err = check(op, C.gofn_norm_desc_get_flags(d, &f, &msg), msg)
+	err := n.base().get("fnorm_norm_desc_get_flags", func(d C.fnorm_norm_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_norm_desc_get_flags(d, &f, msg)
+	})
 	return NormFlag(f), err
 }
 
@@ -133,21 +102,15 @@ func (n *NormDesc) obj() *object { return n.base().obj() }
 // NormFwdWorkspaceSize is the scratch fnorm_norm_fwd needs for these
 // descriptors (fnorm_norm_fwd_workspace_size).
 func (h *Handle) NormFwdWorkspaceSize(norm *NormDesc, x, y *TensorDesc) (uint64, error) {
-	const op = "fnorm_norm_fwd_workspace_size"
-	unlock := rlock(h.obj(), norm.obj(), x.obj(), y.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(norm, op, "norm")
-	xp := e.tensor(x, op, "x_desc")
-	yp := e.tensor(y, op, "y_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_norm_fwd_workspace_size(hp, np, xp, yp, &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_norm_fwd_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		np := e.norm(norm, op, "norm")
+		xp := e.tensor(x, op, "x_desc")
+		yp := e.tensor(y, op, "y_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_fwd_workspace_size(hp, np, xp, yp, n, msg)
+		}
+	})
 }
 
 // NormFwd holds the arguments of fnorm_norm_fwd (see the header for each).
@@ -169,25 +132,17 @@ type NormFwd struct {
 
 // NormFwd enqueues a LayerNorm / RMSNorm forward on stream (fnorm_norm_fwd).
 func (h *Handle) NormFwd(stream Stream, a *NormFwd) error {
-	const op = "fnorm_norm_fwd"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_norm_fwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(a.Norm, op, "norm")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	wp := e.tensor(a.WDesc, op, "w_desc")
-	yp := e.tensor(a.YDesc, op, "y_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_norm_fwd(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
-		wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), up(a.Mean), up(a.Rstd),
-		up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_norm_fwd", []*object{h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
+		hp, np, xp, wp, yp := e.normFwd(h, op, a.Norm, a.XDesc, a.WDesc, a.YDesc)
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_fwd(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
+				wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), up(a.Mean), up(a.Rstd),
+				up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }
 
 // QuantScaling says how a quantized output is scaled (fnorm_quant_scaling_t).
@@ -202,40 +157,28 @@ const (
 // NormFwdQuantWorkspaceSize is the scratch fnorm_norm_fwd_quant needs
 // (fnorm_norm_fwd_quant_workspace_size); y in a quantized dtype.
 func (h *Handle) NormFwdQuantWorkspaceSize(norm *NormDesc, x, y *TensorDesc, scaling QuantScaling) (uint64, error) {
-	const op = "fnorm_norm_fwd_quant_workspace_size"
-	unlock := rlock(h.obj(), norm.obj(), x.obj(), y.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(norm, op, "norm")
-	xp := e.tensor(x, op, "x_desc")
-	yp := e.tensor(y, op, "y_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_norm_fwd_quant_workspace_size(hp, np, xp, yp, C.fnorm_quant_scaling_t(scaling), &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_norm_fwd_quant_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		np := e.norm(norm, op, "norm")
+		xp := e.tensor(x, op, "x_desc")
+		yp := e.tensor(y, op, "y_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_fwd_quant_workspace_size(hp, np, xp, yp, C.fnorm_quant_scaling_t(scaling), n, msg)
+		}
+	})
 }
 
 // NormFwdQuantScaleSize is the bytes of NormFwdQuant's Scale
 // (fnorm_norm_fwd_quant_scale_size): 4 per tensor, 4 per row per token.
 func (h *Handle) NormFwdQuantScaleSize(norm *NormDesc, x *TensorDesc, scaling QuantScaling) (uint64, error) {
-	const op = "fnorm_norm_fwd_quant_scale_size"
-	unlock := rlock(h.obj(), norm.obj(), x.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(norm, op, "norm")
-	xp := e.tensor(x, op, "x_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_norm_fwd_quant_scale_size(hp, np, xp, C.fnorm_quant_scaling_t(scaling), &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_norm_fwd_quant_scale_size", []*object{h.obj(), norm.obj(), x.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		np := e.norm(norm, op, "norm")
+		xp := e.tensor(x, op, "x_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_fwd_quant_scale_size(hp, np, xp, C.fnorm_quant_scaling_t(scaling), n, msg)
+		}
+	})
 }
 
 // NormFwdQuant holds the arguments of fnorm_norm_fwd_quant: NormFwd's, Y
@@ -263,45 +206,31 @@ type NormFwdQuant struct {
 // NormFwdQuant enqueues a LayerNorm / RMSNorm forward writing y quantized
 // (fnorm_norm_fwd_quant).
 func (h *Handle) NormFwdQuant(stream Stream, a *NormFwdQuant) error {
-	const op = "fnorm_norm_fwd_quant"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_norm_fwd_quant", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(a.Norm, op, "norm")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	wp := e.tensor(a.WDesc, op, "w_desc")
-	yp := e.tensor(a.YDesc, op, "y_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_norm_fwd_quant(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
-		wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), C.fnorm_quant_scaling_t(a.Scaling), up(a.Scale), up(a.Amax),
-		up(a.Mean), up(a.Rstd), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_norm_fwd_quant", []*object{h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
+		hp, np, xp, wp, yp := e.normFwd(h, op, a.Norm, a.XDesc, a.WDesc, a.YDesc)
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_fwd_quant(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
+				wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), C.fnorm_quant_scaling_t(a.Scaling), up(a.Scale), up(a.Amax),
+				up(a.Mean), up(a.Rstd), up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }
 
 // NormBwdWorkspaceSize is the scratch fnorm_norm_bwd needs
 // (fnorm_norm_bwd_workspace_size); w nil when no dgamma/dbeta is asked for.
 func (h *Handle) NormBwdWorkspaceSize(norm *NormDesc, x, w *TensorDesc) (uint64, error) {
-	const op = "fnorm_norm_bwd_workspace_size"
-	unlock := rlock(h.obj(), norm.obj(), x.obj(), w.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(norm, op, "norm")
-	xp := e.tensor(x, op, "x_desc")
-	wp := e.tensor(w, op, "w_desc")
-	if e.err != nil {
-		return 0, e.err
-	}
-	var n C.size_t
-	var msg *C.char
-	err := check(op, C.gofn_norm_bwd_workspace_size(hp, np, xp, wp, &n, &msg), msg)
-	return uint64(n), err
+	return querySize("fnorm_norm_bwd_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), w.obj()}, func(e *argErr, op string) sizeCall {
+		hp := e.handle(h, op)
+		np := e.norm(norm, op, "norm")
+		xp := e.tensor(x, op, "x_desc")
+		wp := e.tensor(w, op, "w_desc")
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_bwd_workspace_size(hp, np, xp, wp, n, msg)
+		}
+	})
 }
 
 // NormBwd holds the arguments of fnorm_norm_bwd (see the header).
@@ -324,26 +253,22 @@ type NormBwd struct {
 
 // NormBwd enqueues a LayerNorm / RMSNorm backward on stream (fnorm_norm_bwd).
 func (h *Handle) NormBwd(stream Stream, a *NormBwd) error {
-	const op = "fnorm_norm_bwd"
 	if a == nil {
-		return goError(op, StatusBadParamNullPointer, "arguments are nil")
+		return goError("fnorm_norm_bwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	unlock := rlock(h.obj(), a.Norm.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.WDesc.obj(), a.DXDesc.obj())
-	defer unlock()
-	var e argErr
-	hp := e.handle(h, op)
-	np := e.norm(a.Norm, op, "norm")
-	xp := e.tensor(a.XDesc, op, "x_desc")
-	dyp := e.tensor(a.DYDesc, op, "dy_desc")
-	wp := e.tensor(a.WDesc, op, "w_desc")
-	dxp := e.tensor(a.DXDesc, op, "dx_desc")
-	if e.err != nil {
-		return e.err
-	}
-	var msg *C.char
-	return check(op, C.gofn_norm_bwd(hp, C.uintptr_t(stream), np, xp, up(a.X), dyp, up(a.DY),
-		up(a.Mean), up(a.Rstd), wp, up(a.Gamma), up(a.DSum), dxp, up(a.DX),
-		up(a.DGamma), up(a.DBeta), up(a.Workspace), C.size_t(a.WorkspaceLen), &msg), msg)
+	return callC("fnorm_norm_bwd", []*object{h.obj(), a.Norm.obj(), a.XDesc.obj(), a.DYDesc.obj(), a.WDesc.obj(), a.DXDesc.obj()}, func(e *argErr, op string) cCall {
+		hp := e.handle(h, op)
+		np := e.norm(a.Norm, op, "norm")
+		xp := e.tensor(a.XDesc, op, "x_desc")
+		dyp := e.tensor(a.DYDesc, op, "dy_desc")
+		wp := e.tensor(a.WDesc, op, "w_desc")
+		dxp := e.tensor(a.DXDesc, op, "dx_desc")
+		return func(msg **C.char) C.fnorm_status_t {
+			return C.gofn_norm_bwd(hp, C.uintptr_t(stream), np, xp, up(a.X), dyp, up(a.DY),
+				up(a.Mean), up(a.Rstd), wp, up(a.Gamma), up(a.DSum), dxp, up(a.DX),
+				up(a.DGamma), up(a.DBeta), up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
+		}
+	})
 }
 
 func up(p DevicePtr) C.uintptr_t { return C.uintptr_t(p) }
@@ -366,6 +291,13 @@ func (e *argErr) handle(h *Handle, op string) C.fnorm_handle_t {
 
 func (e *argErr) tensor(t *TensorDesc, op, arg string) C.fnorm_tensor_desc_t {
 	return descArg(e, t.base(), op, arg)
+}
+
+// normFwd converts the descriptors of NormFwd and NormFwdQuant.
+func (e *argErr) normFwd(h *Handle, op string, n *NormDesc, x, w, y *TensorDesc) (C.fnorm_handle_t, C.fnorm_norm_desc_t,
+	C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t) {
+	return e.handle(h, op), e.norm(n, op, "norm"), e.tensor(x, op, "x_desc"), e.tensor(w, op, "w_desc"),
+		e.tensor(y, op, "y_desc")
 }
 
 func (e *argErr) norm(n *NormDesc, op, arg string) C.fnorm_norm_desc_t {

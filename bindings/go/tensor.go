@@ -67,27 +67,16 @@ type TensorDesc struct {
 // needs no device. Set it before use.
 func NewTensorDesc() (*TensorDesc, error) {
 	td := &TensorDesc{}
-	err := openDesc(td, &td.cdesc, "tensor descriptor",
+	return opened(td, openDesc(td, &td.cdesc, "tensor descriptor",
 		"fnorm_tensor_desc_create", func(d *C.fnorm_tensor_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_tensor_desc_create(d, m) },
-		"fnorm_tensor_desc_destroy", func(d C.fnorm_tensor_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_tensor_desc_destroy(d, m) })
-	if err != nil {
-		return nil, err
-	}
-	return td, nil
+		"fnorm_tensor_desc_destroy", func(d C.fnorm_tensor_desc_t, m **C.char) C.fnorm_status_t { return C.gofn_tensor_desc_destroy(d, m) }))
 }
 
 // NewTensor creates a descriptor and sets it (see Set); on failure nothing
 // is left behind.
 func NewTensor(dtype DType, dims, strides []int64) (*TensorDesc, error) {
 	td, err := NewTensorDesc()
-	if err != nil {
-		return nil, err
-	}
-	if err := td.Set(dtype, dims, strides); err != nil {
-		td.Close()
-		return nil, err
-	}
-	return td, nil
+	return newSet(td, err, func(d *TensorDesc) error { return d.Set(dtype, dims, strides) })
 }
 
 // Close destroys the descriptor (fnorm_tensor_desc_destroy). Closing twice
@@ -157,15 +146,10 @@ func (t *TensorDesc) Get() (dtype DType, dims, strides []int64, err error) {
 
 // Elements is the number of elements described (fnorm_tensor_desc_get_elements).
 func (t *TensorDesc) Elements() (int64, error) {
-	const op = "fnorm_tensor_desc_get_elements"
-	d, unlock, err := t.base().lockRead(op)
-	if err != nil {
-		return 0, err
-	}
-	defer unlock()
 	var n C.int64_t
-	var msg *C.char
-	err = check(op, C.gofn_tensor_desc_get_elements(d, &n, &msg), msg)
+	err := t.base().get("fnorm_tensor_desc_get_elements", func(d C.fnorm_tensor_desc_t, msg **C.char) C.fnorm_status_t {
+		return C.gofn_tensor_desc_get_elements(d, &n, msg)
+	})
 	return int64(n), err
 }
 

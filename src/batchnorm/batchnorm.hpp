@@ -1,20 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// BatchNorm inside the library: the descriptor object and the op contract's
-// three steps (core/op.hpp), shared by the three passes.
+// BatchNorm inside the library: the descriptor object and the three ops of
+// the contract (core/op.hpp), BnOp<FwdTrain>, BnOp<FwdInfer>, BnOp<Bwd>,
+// which share their description, plan and launch. The plan chooses the
+// engine (NATIVE or CUDNN) and holds that engine's plan.
 //   bn_desc.cpp          fnorm_batchnorm_desc_* (the descriptor API)
-//   bn_validate.cpp      describe (descriptors -> BnProblem) and the checks of a call's pointers
-//   bn_plan.cpp          the engine rule and the native engine's workspace layout (NativePlan)
-//   bn_native.cpp        the native engine: plan (BnNativeLaunch, cached) and launch
-//   bn_cudnn_engine.cpp  the cuDNN engine
+//   bn_describe.cpp      describe (descriptors -> BnProblem), buffers, check
+//   bn_plan.cpp          pointer_class, plan (the engine rule, then the engine's plan), the size queries
+//   bn_launch.cpp        launch (on the planned engine), launch_empty
+//   bn_api.cpp           the C entry points: one run_op / query_op each
+//   bn_native.cpp        the native engine: its plan (BnNativePlan) and launch
+//   bn_cudnn_engine.cpp  the cuDNN engine: its plan (CudnnBnPlan, kept in the handle's cuDNN state) and launch
 //   bn_nccl.cpp          SyncBatchNorm's NCCL calls
-//   bn_api.cpp           the C entry points
 //   batchnorm.cuh, bn_persistent.cuh, bn_stream.cuh, bn_one_launch.cuh, bn_channel_end.cuh,
 //   bn_finalize.cu       device code
 #pragma once
 
-#include <initializer_list>
 #include <string>
-#include <utility>
 
 #include "batchnorm/bn_params.hpp"
 #include "core/handle.hpp"
@@ -57,17 +58,18 @@ struct BnProblem {
   int32_t average = FNORM_BN_AVERAGE_EXPONENTIAL;
   uint32_t sync_flags = 0;
   int32_t sync = 0;         // a communicator is attached (training passes)
-  int32_t unused = 0;
+  int32_t local_empty = 0;  // SyncBatchNorm: this rank holds no samples
 
   int64_t per_channel() const { return n * spatial; }
   int64_t elements() const { return n * c * spatial; }
+  double eps() const;
+  double momentum() const;
+  bool relu() const { return epilogue != FNORM_BN_EPILOGUE_NONE; }
 };
 
-// Everything one call needs after describe: the problem, the descriptor (its
-// communicator and settings) and the pointers.
-struct BnCall {
-  const fnorm_batchnorm_desc *desc = nullptr;
-  BnProblem pb;
+// The pointers of a call (each pass uses its own), the descriptor's
+// communicator, and the stream (AUTO asks whether it is being captured).
+struct BnArgs {
   const void *x = nullptr, *z = nullptr, *dy = nullptr;
   const void *y_in = nullptr;  // backward: the forward's output (CUDNN engine only)
   void *y = nullptr, *dx = nullptr, *dz = nullptr;
@@ -82,33 +84,22 @@ struct BnCall {
   size_t reserve_bytes = 0;
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
-  bool local_empty = false;  // SyncBatchNorm: this rank holds no samples
-  // The engine that runs a launch (choose_engine, once per launch, after the
-  // pointers are set); size queries leave it AUTO and ask the descriptor's.
-  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_AUTO;
+  struct ncclComm *comm = nullptr;  // SyncBatchNorm (the descriptor's)
+  cudaStream_t stream = nullptr;
 };
 
-// ---- describe and check (bn_validate.cpp) ------------------------------------
+// ---- describe and check (bn_describe.cpp) ----------------------------------------
 // Validates the descriptors of a call of `pass` (x_desc; the descriptor) and
 // returns the problem. Throws BAD_PARAM* (unset, rank < 2) or NOT_SUPPORTED
 // (neither layout), naming the argument.
 BnProblem describe_bn(BnPass pass, const fnorm_batchnorm_desc *bn, const fnorm_tensor_desc *x_desc);
 // `other` must describe a tensor of x's sizes, dtype and layout.
 void bn_require_same(const BnProblem &x, const fnorm_tensor_desc *other, const char *arg);
-// The pointer rules of each pass (required pointers, alignment, the
-// overlap rule over all the call's buffers, checked mode), before the engine
-// is chosen. Throw Error.
-void check_bn_fwd_train_args(const fnorm_handle *h, const BnCall &c);
-void check_bn_fwd_infer_args(const fnorm_handle *h, const BnCall &c);
-void check_bn_bwd_args(const fnorm_handle *h, const BnCall &c);
-// The workspace and reserve space of the chosen engine's launch.
-void check_workspace(fnorm_handle *h, const BnCall &c, size_t need);
-void check_reserve(fnorm_handle *h, const BnCall &c);
 
-// ---- plan (bn_plan.cpp) ---------------------------------------------------------
-// The native engine's workspace layout: the reduction kind and splits, and
-// where each region goes. Depends on the shape and the device only.
-struct NativePlan {
+// ---- the native engine's workspace layout (bn_plan.cpp) ---------------------------
+// The reduction kind and splits, and where each region goes. Depends on the
+// shape and the device only.
+struct NativeLayout {
   BnReduceKind kind = BnReduceKind::Columns;
   int max_splits = 0;  // what the workspace holds; the launch shape uses <= this many
   int64_t part_width = 0;
@@ -117,49 +108,39 @@ struct NativePlan {
   size_t off_moment1 = 0, off_moment2 = 0, off_mean = 0, off_xmu_scale = 0, off_shift = 0, off_dy_scale = 0,
          off_sync = 0, total = 0;
 };
-
-NativePlan plan_native(const BnProblem &v, const DeviceInfo &dev, BnPass pass, bool sync);
+NativeLayout native_layout(const BnProblem &v, const DeviceInfo &dev);
+// The reduction kind of a shape.
+BnReduceKind bn_reduce_kind(const BnShape &s);
+// The native engine's reserve space: the ReLU mask, one bit per element.
+size_t native_reserve_bytes(const BnProblem &v);
 
 // AUTO's rule (bn_plan.cpp, with the figures behind it): whether cuDNN's
 // persistent kernels beat NATIVE on an fp16/bf16 channels-last training call
 // without an epilogue, on a device of `l2_bytes` of L2 (0: unknown). Pure,
 // so host tests can ask it.
 bool bn_auto_prefers_cudnn(const BnProblem &v, BnPass pass, int64_t l2_bytes);
-// Whether AUTO may send this problem to cuDNN at all (shape and descriptor
-// only; the launch then asks the pointers, the stream and cuDNN).
+// Whether AUTO may send this problem to cuDNN at all (shape and descriptor).
 bool bn_auto_candidate(const fnorm_handle *h, const BnProblem &pb);
 
-// The engine a launch runs on, decided once with its pointers and stream:
-// NATIVE / CUDNN as asked (CUDNN: NOT_SUPPORTED where cuDNN refuses); AUTO:
-// see fnorm_batchnorm_desc_set_engine (`candidate`: bn_auto_candidate's
-// answer for the problem).
-fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, bool candidate, cudaStream_t stream);
-// Size queries (the descriptor's engine; AUTO: the most either engine needs,
-// pointer-free) and, once c.engine is set, what that launch needs.
-size_t workspace_for(fnorm_handle *h, const BnCall &c);
-size_t reserve_for(fnorm_handle *h, const BnCall &c);
-
-// ---- native engine (bn_native.cpp) ----------------------------------------------
-// The native engine's plan of a launch: the workspace layout and, for the
-// packs its pointers allow, every launch shape (one-launch path, reduction,
-// elementwise passes). Cached per (handle, problem, packs).
-struct BnNativeLaunch {
-  NativePlan ws;
-  int reduce_pack = 1, apply_pack = 1, persist_pack = 1;
-  bool one_launch = false;  // persist.kernel is set (its launch may still find the device busier)
-  BnPersistShape persist;
-  BnReduceShape reduce;
-  int64_t apply_main_end = 0;  // elements the widest-pack pass covers (whole mask words)
-  LaunchShape apply_main, apply_tail;
-  bool auto_candidate = false;  // AUTO may run cuDNN here (bn_auto_candidate)
+// ---- the native engine (bn_native.cpp) ---------------------------------------------
+// The packs the call's pointers allow each kind of kernel.
+struct BnPacks {
+  int32_t reduce = 1, apply = 1, persist = 1, unused = 0;
 };
-// The plan of a launch (the packs from its pointers; cached), after
-// checking the call's workspace and reserve space against it (before any
-// device work).
-const BnNativeLaunch &bn_native_plan(fnorm_handle *h, const BnCall &c);
-// The reduction kind of a shape (bn_plan.cpp).
-BnReduceKind bn_reduce_kind(const BnShape &s);
-void launch_native(const BnCall &c, const BnNativeLaunch &plan, cudaStream_t stream);
+BnPacks bn_packs(const BnProblem &pb, const BnArgs &a);
+// Its plan: the workspace layout, the instances and every launch shape
+// (one-launch path, reduction, elementwise passes).
+struct BnNativePlan {
+  NativeLayout ws;
+  const BnInstance *reduce = nullptr, *apply_main = nullptr, *apply_tail = nullptr, *persist = nullptr;
+  bool one_launch = false;  // persist_shape.kernel is set (its launch may still find the device busier)
+  BnPersistShape persist_shape;
+  BnReduceShape reduce_shape;
+  int64_t apply_main_end = 0;  // elements the widest-pack pass covers (whole mask words)
+  LaunchShape apply_main_shape, apply_tail_shape;
+};
+BnNativePlan plan_native(fnorm_handle *h, const BnProblem &pb, const BnPacks &packs);
+void launch_native(const BnNativePlan &plan, const BnProblem &pb, const BnArgs &a, cudaStream_t stream);
 
 // SyncBatchNorm's NCCL calls (bn_nccl.cpp; without NCCL they throw
 // NOT_SUPPORTED_BUILD). The communicator must live on the handle's device.
@@ -168,23 +149,72 @@ void nccl_check_comm(const fnorm_handle *h, struct ncclComm *comm);
 // In-place sum of n doubles across the communicator's ranks, on `stream`.
 void nccl_allreduce_sum(struct ncclComm *comm, double *buf, size_t n, cudaStream_t stream);
 
-// The cuDNN engine (bn_cudnn_engine.cpp). Was the library built with cuDNN?
-// Does the cuDNN engine take this case?
-// When it does not, *why says why.
+// ---- the cuDNN engine (bn_cudnn_engine.cpp) -----------------------------------------
+// Its plan of one description: cuDNN's descriptors (kept in the handle's
+// cuDNN state, made once per description), whether cuDNN takes the case
+// (else why not), and its workspace and reserve bytes.
+struct CudnnBnPlan;
 bool cudnn_bn_built();
-bool cudnn_bn_supports(fnorm_handle *h, const BnCall &call, std::string *why);
-size_t cudnn_bn_workspace_size(fnorm_handle *h, const BnCall &call);
-size_t cudnn_bn_reserve_size(fnorm_handle *h, const BnCall &call);
-// AUTO's view of cuDNN, never creating its state (a size query touches no
-// GPU): false when the state does not exist yet, or cuDNN refuses the case or
-// asks for reserve space; else true with its workspace bytes. Cached per
-// case in the state.
-bool cudnn_bn_auto_takes(fnorm_handle *h, const BnCall &call, size_t *workspace);
+// The plan of `pb` (made on first use, creating the state). Never null.
+const CudnnBnPlan &cudnn_bn_plan(fnorm_handle *h, const BnProblem &pb);
+// The plan if the handle's cuDNN state exists (never creates it), else null.
+const CudnnBnPlan *cudnn_bn_plan_if_ready(fnorm_handle *h, const BnProblem &pb);
+bool cudnn_bn_takes(const CudnnBnPlan &p, std::string *why);
+size_t cudnn_bn_workspace(const CudnnBnPlan &p);
+size_t cudnn_bn_reserve(const CudnnBnPlan &p);
 // Creates the cuDNN state for an AUTO launch on `stream` where that is safe
 // (not while the stream is being captured into a CUDA graph). False when the
 // state does not exist afterwards; never throws.
 bool cudnn_bn_auto_state(fnorm_handle *h, cudaStream_t stream);
-// Runs the call through cuDNN (after validation). Throws Error.
-void cudnn_bn_run(fnorm_handle *h, cudaStream_t stream, const BnCall &call);
+// What the engine asks of the call's pointers (before any device work).
+void cudnn_bn_check(const CudnnBnPlan &p, const BnProblem &pb, const BnArgs &a);
+void cudnn_bn_launch(const CudnnBnPlan &p, const BnProblem &pb, const BnArgs &a, cudaStream_t stream);
+
+// ---- the ops (core/op.hpp) ------------------------------------------------------
+
+// The pointer class: the packs, and for an AUTO call cuDNN may take, whether
+// its pointers and stream let it (the cuDNN state exists or could be made
+// outside a capture) and the workspace it was given.
+struct BnPtrs {
+  BnPacks packs;
+  int32_t auto_cudnn = 0;
+  int32_t unused = 0;
+  uint64_t workspace_bytes = 0;
+};
+
+struct BnPlan {
+  Sizes sizes;
+  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_NATIVE;
+  BnNativePlan native;                  // engine NATIVE
+  const CudnnBnPlan *cudnn = nullptr;  // engine CUDNN (owned by the handle's cuDNN state)
+};
+
+template <BnPass P>
+struct BnOp {
+  // y_desc (forward) or dy_desc and dx_desc (backward); the handle (the
+  // communicator must live on its device).
+  struct Descs {
+    const fnorm_handle *handle;
+    const fnorm_batchnorm_desc *bn;
+    const fnorm_tensor_desc *x, *other = nullptr, *dx = nullptr;
+  };
+  using Desc = BnProblem;
+  using Args = BnArgs;
+  using Ptrs = BnPtrs;
+  using Plan = BnPlan;
+  static constexpr const char *kWorkspaceQuery = "the size query";
+  static constexpr size_t kWorkspaceAlign = 16;
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &pb, const Args &a);
+  static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
+  static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
+  static void check_reserve(size_t need, const Desc &pb, const Args &a);
+  static void check_plan(const Plan &plan, const Desc &pb, const Args &a);
+  static size_t workspace_size(fnorm_handle *h, const Desc &pb);
+  static size_t reserve_size(fnorm_handle *h, const Desc &pb);
+};
+using BnFwdTrain = BnOp<BnPass::FwdTrain>;
+using BnFwdInfer = BnOp<BnPass::FwdInfer>;
+using BnBwd = BnOp<BnPass::Bwd>;
 
 }  // namespace fnorm

@@ -48,6 +48,7 @@
 #include "batchnorm/batchnorm.cuh"
 #include "batchnorm/bn_channel_end.cuh"
 #include "batchnorm/bn_one_launch.cuh"
+#include "batchnorm/bn_reduce.cuh"
 #include "batchnorm/bn_stream.cuh"
 
 namespace fnorm {

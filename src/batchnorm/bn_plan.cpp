@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// BatchNorm planning: which engine runs a call, and for the native engine
-// the reduction kind, splits and workspace layout (NativePlan). The size
-// queries and the launches both ask here, so they cannot disagree.
+// BatchNorm planning: the engine a call runs on (chosen here, once per
+// description and pointer class, never in the launch) and that engine's
+// plan; the native engine's workspace layout (NativeLayout); the size
+// queries, which answer from the same functions.
 #include <algorithm>
 #include <string>
 
@@ -26,8 +27,10 @@ BnReduceKind bn_reduce_kind(const BnShape &s) {
 // occupancy), so the size query and the launch agree. The reductions run one
 // wave of resident blocks (at most max_threads_per_sm / 256 per SM) split
 // over the column tiles (Columns) or channels (Segments).
-NativePlan plan_native(const BnProblem &v, const DeviceInfo &dev, BnPass pass, bool sync) {
-  NativePlan p;
+NativeLayout native_layout(const BnProblem &v, const DeviceInfo &dev) {
+  const BnPass pass = v.pass;
+  const bool sync = v.sync != 0;
+  NativeLayout p;
   const char *arg = "x_desc";  // every size here comes from x's dimensions
   const BnShape &s = v.shape;
   const int64_t most_blocks = static_cast<int64_t>(std::max(dev.sm_count, 1)) *
@@ -119,87 +122,163 @@ bool bn_auto_candidate(const fnorm_handle *h, const BnProblem &pb) {
          bn_auto_prefers_cudnn(pb, pb.pass, h->info.l2_bytes);
 }
 
+size_t native_reserve_bytes(const BnProblem &v) {
+  // Inference keeps nothing for a backward: it takes no reserve space.
+  if (v.pass == BnPass::FwdInfer || !v.relu()) return 0;
+  // One bit per element: elements <= 2^63 keep this below 2^61 bytes.
+  return static_cast<size_t>(ceil_div(v.elements(), 32)) * 4;
+}
+
 namespace {
 
 // The launch's pointers: cuDNN needs 16-byte aligned tensors (a misaligned
 // one faulted, cuDNN 9.14) and AUTO asks the same of the per-channel vectors
 // and the workspace; outputs over inputs (in place) stay NATIVE, whose
 // kernels are written for it.
-bool auto_pointers_ok(const BnCall &c) {
-  if (c.local_empty || c.x == nullptr) return false;
-  if (c.pb.pass == BnPass::FwdTrain) {
-    if (c.y == nullptr || c.y == c.x) return false;
-  } else if (c.dy == nullptr || c.dx == nullptr || c.dx == c.dy || c.dx == c.x) {
+bool auto_pointers_ok(const BnProblem &pb, const BnArgs &a) {
+  if (pb.local_empty || a.x == nullptr) return false;
+  if (pb.pass == BnPass::FwdTrain) {
+    if (a.y == nullptr || a.y == a.x) return false;
+  } else if (a.dy == nullptr || a.dx == nullptr || a.dx == a.dy || a.dx == a.x) {
     return false;
   }
-  return all_aligned({c.x, c.y, c.dy, c.dx, c.gamma, c.beta, c.running_mean, c.running_var, c.saved_mean,
-                      c.saved_invstd, c.saved_mean_in, c.saved_invstd_in, c.dgamma, c.dbeta, c.workspace},
+  return all_aligned({a.x, a.y, a.dy, a.dx, a.gamma, a.beta, a.running_mean, a.running_var, a.saved_mean,
+                      a.saved_invstd, a.saved_mean_in, a.saved_invstd_in, a.dgamma, a.dbeta, a.workspace},
                      16);
 }
 
-size_t native_workspace(fnorm_handle *h, const BnCall &c) {
-  return plan_native(c.pb, h->info, c.pb.pass, c.pb.sync != 0).total;
-}
-
 // CUDNN asked for by name: refusals are NOT_SUPPORTED with the reason.
-void require_cudnn(fnorm_handle *h, const BnCall &c) {
-  FNORM_REQUIRE(!c.pb.sync, FNORM_STATUS_NOT_SUPPORTED,
+const CudnnBnPlan &require_cudnn(fnorm_handle *h, const BnProblem &pb) {
+  FNORM_REQUIRE(!pb.sync, FNORM_STATUS_NOT_SUPPORTED,
                 "SyncBatchNorm (a communicator is attached) runs on the NATIVE engine only");
   FNORM_REQUIRE(cudnn_bn_built(), FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "the CUDNN engine was left out of this build (cuDNN not found; meson option 'cudnn')");
+  const CudnnBnPlan &p = cudnn_bn_plan(h, pb);
   std::string why;
-  FNORM_REQUIRE(cudnn_bn_supports(h, c, &why), FNORM_STATUS_NOT_SUPPORTED,
-                "the CUDNN engine does not take this case: %s", why.c_str());
+  FNORM_REQUIRE(cudnn_bn_takes(p, &why), FNORM_STATUS_NOT_SUPPORTED, "the CUDNN engine does not take this case: %s",
+                why.c_str());
+  return p;
+}
+
+// The cuDNN plan AUTO may run: cuDNN takes the case with a 0-byte reserve
+// (so the forward and the backward of a step may run on different engines).
+// `create`: make the cuDNN state if it does not exist. A failure keeps
+// NATIVE.
+const CudnnBnPlan *auto_cudnn_plan(fnorm_handle *h, const BnProblem &pb, bool create) {
+  try {
+    const CudnnBnPlan *p = create ? &cudnn_bn_plan(h, pb) : cudnn_bn_plan_if_ready(h, pb);
+    return p != nullptr && cudnn_bn_takes(*p, nullptr) && cudnn_bn_reserve(*p) == 0 ? p : nullptr;
+  } catch (const Error &) {
+    return nullptr;
+  }
+}
+
+// The engine of a call and what it needs of the caller's memory: chosen
+// from the description and pointer class, the same for sizes() and plan().
+struct EngineChoice {
+  fnorm_bn_engine_t engine = FNORM_BN_ENGINE_NATIVE;
+  const CudnnBnPlan *cudnn = nullptr;
+  Sizes sizes;
+};
+
+EngineChoice choose_engine(fnorm_handle *h, const BnProblem &pb, const BnPtrs &ptrs) {
+  EngineChoice e;
+  const CudnnBnPlan *cudnn = nullptr;
+  if (pb.engine == FNORM_BN_ENGINE_CUDNN) {
+    cudnn = &require_cudnn(h, pb);
+  } else if (ptrs.auto_cudnn) {
+    // AUTO (else NATIVE, silently: both compute the same function, and with
+    // a 0-byte reserve either engine's backward reads the other's saved
+    // statistics).
+    cudnn = auto_cudnn_plan(h, pb, true);
+    if (cudnn != nullptr && ptrs.workspace_bytes < cudnn_bn_workspace(*cudnn)) cudnn = nullptr;
+  }
+  if (cudnn != nullptr) {
+    e.engine = FNORM_BN_ENGINE_CUDNN;
+    e.cudnn = cudnn;
+    e.sizes = {cudnn_bn_workspace(*cudnn), cudnn_bn_reserve(*cudnn)};
+  } else {
+    e.sizes = {native_layout(pb, h->info).total, native_reserve_bytes(pb)};
+  }
+  return e;
+}
+
+// A call with nothing to size: no channels, or (unless SyncBatchNorm's
+// workspace, through which a rank without samples still takes part in the
+// all-reduce) no elements.
+bool nothing_to_size(const BnProblem &pb, bool reserve) {
+  return pb.c == 0 || (pb.elements() == 0 && (!pb.sync || reserve));
 }
 
 }  // namespace
 
-fnorm_bn_engine_t choose_engine(fnorm_handle *h, const BnCall &c, bool candidate, cudaStream_t stream) {
-  switch (c.desc->engine) {
-    case FNORM_BN_ENGINE_NATIVE:
-      return FNORM_BN_ENGINE_NATIVE;
-    case FNORM_BN_ENGINE_CUDNN:
-      require_cudnn(h, c);
-      return FNORM_BN_ENGINE_CUDNN;
-    default:
-      break;
+template <BnPass P>
+BnPtrs BnOp<P>::pointer_class(fnorm_handle *h, const BnProblem &pb, const BnArgs &a) {
+  BnPtrs p;
+  p.packs = bn_packs(pb, a);
+  // AUTO: cuDNN where the rule says it is faster and this call's pointers
+  // and stream let it run (a capture that would have to create the cuDNN
+  // state keeps NATIVE: that plan is keyed by auto_cudnn = 0).
+  if (pb.engine == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, pb) && auto_pointers_ok(pb, a) &&
+      cudnn_bn_auto_state(h, a.stream)) {
+    p.auto_cudnn = 1;
+    p.workspace_bytes = a.workspace_bytes;
   }
-  // AUTO: cuDNN where the rule says it is faster and this launch can take it
-  // (else NATIVE, silently: both compute the same function, and with a 0-byte
-  // reserve either engine's backward reads the other's saved statistics).
-  size_t need = 0;
-  if (candidate && auto_pointers_ok(c) && cudnn_bn_auto_state(h, stream) &&
-      cudnn_bn_auto_takes(h, c, &need) && c.workspace_bytes >= need)
-    return FNORM_BN_ENGINE_CUDNN;
-  return FNORM_BN_ENGINE_NATIVE;
+  return p;
 }
 
-size_t workspace_for(fnorm_handle *h, const BnCall &c) {
-  fnorm_bn_engine_t e = c.engine != FNORM_BN_ENGINE_AUTO ? c.engine : c.desc->engine;
-  if (e == FNORM_BN_ENGINE_CUDNN) {
-    if (c.engine == FNORM_BN_ENGINE_AUTO) require_cudnn(h, c);  // a size query names the engine
-    return cudnn_bn_workspace_size(h, c);
-  }
-  size_t ws = native_workspace(h, c);
-  size_t cudnn = 0;
-  // A size query under AUTO: what either engine needs (cuDNN's part once its
-  // state exists; a launch given less runs NATIVE).
-  if (e == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, c.pb) && cudnn_bn_auto_takes(h, c, &cudnn))
-    ws = std::max(ws, cudnn);
+template <BnPass P>
+Sizes BnOp<P>::sizes(fnorm_handle *h, const BnProblem &pb, const BnPtrs &ptrs) {
+  return choose_engine(h, pb, ptrs).sizes;
+}
+
+template <BnPass P>
+BnPlan BnOp<P>::plan(fnorm_handle *h, const BnProblem &pb, const BnPtrs &ptrs) {
+  const EngineChoice e = choose_engine(h, pb, ptrs);
+  BnPlan plan;
+  plan.engine = e.engine;
+  plan.sizes = e.sizes;
+  plan.cudnn = e.cudnn;
+  if (e.engine == FNORM_BN_ENGINE_NATIVE) plan.native = plan_native(h, pb, ptrs.packs);
+  return plan;
+}
+
+// What the cuDNN engine asks of the call's pointers.
+template <BnPass P>
+void BnOp<P>::check_plan(const BnPlan &plan, const BnProblem &pb, const BnArgs &a) {
+  if (plan.engine == FNORM_BN_ENGINE_CUDNN) cudnn_bn_check(*plan.cudnn, pb, a);
+}
+
+// The descriptor's engine; AUTO: the most either engine needs (cuDNN's part
+// once its state exists; a launch given less runs NATIVE).
+template <BnPass P>
+size_t BnOp<P>::workspace_size(fnorm_handle *h, const BnProblem &pb) {
+  if (nothing_to_size(pb, false)) return 0;
+  if (pb.engine == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_workspace(require_cudnn(h, pb));
+  size_t ws = native_layout(pb, h->info).total;
+  if (pb.engine == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, pb))
+    if (const CudnnBnPlan *p = auto_cudnn_plan(h, pb, false)) ws = std::max(ws, cudnn_bn_workspace(*p));
   return ws;
 }
 
-size_t reserve_for(fnorm_handle *h, const BnCall &c) {
-  // Inference keeps nothing for a backward: it takes no reserve space.
-  if (c.pb.pass == BnPass::FwdInfer) return 0;
-  // (AUTO runs cuDNN only where cuDNN's reserve is 0 and the epilogue NONE.)
-  if (c.desc->engine == FNORM_BN_ENGINE_CUDNN) {
-    if (c.engine == FNORM_BN_ENGINE_AUTO) require_cudnn(h, c);  // a size query
-    return cudnn_bn_reserve_size(h, c);
-  }
-  if (c.desc->epilogue == FNORM_BN_EPILOGUE_NONE) return 0;
-  // One bit per element: elements <= 2^63 keep this below 2^61 bytes.
-  return static_cast<size_t>(ceil_div(c.pb.elements(), 32)) * 4;
+// (AUTO runs cuDNN only where cuDNN's reserve is 0 and the epilogue NONE.)
+template <BnPass P>
+size_t BnOp<P>::reserve_size(fnorm_handle *h, const BnProblem &pb) {
+  if (nothing_to_size(pb, true) || pb.pass == BnPass::FwdInfer) return 0;
+  if (pb.engine == FNORM_BN_ENGINE_CUDNN) return cudnn_bn_reserve(require_cudnn(h, pb));
+  return native_reserve_bytes(pb);
 }
+
+#define FNORM_BN_PLAN_STEPS(P)                                                                  \
+  template BnPtrs BnOp<P>::pointer_class(fnorm_handle *, const BnProblem &, const BnArgs &);     \
+  template Sizes BnOp<P>::sizes(fnorm_handle *, const BnProblem &, const BnPtrs &);               \
+  template BnPlan BnOp<P>::plan(fnorm_handle *, const BnProblem &, const BnPtrs &);               \
+  template void BnOp<P>::check_plan(const BnPlan &, const BnProblem &, const BnArgs &);            \
+  template size_t BnOp<P>::workspace_size(fnorm_handle *, const BnProblem &);                      \
+  template size_t BnOp<P>::reserve_size(fnorm_handle *, const BnProblem &);
+FNORM_BN_PLAN_STEPS(BnPass::FwdTrain)
+FNORM_BN_PLAN_STEPS(BnPass::FwdInfer)
+FNORM_BN_PLAN_STEPS(BnPass::Bwd)
+#undef FNORM_BN_PLAN_STEPS
 
 }  // namespace fnorm

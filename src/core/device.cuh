@@ -281,4 +281,20 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// A barrier over `threads` threads (whole warps) with its own id, so that
+// groups of a block wait only for each other.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Waits until at most n (0..3) of this thread's cp.async groups are pending.
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
+
 }  // namespace fnorm

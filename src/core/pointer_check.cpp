@@ -67,7 +67,7 @@ void require_one(const fnorm_handle *h, const Buffer &s) {
 
 }  // namespace
 
-void require_device_memory(const fnorm_handle *h, std::initializer_list<Buffer> buffers) {
+void require_device_memory(const fnorm_handle *h, const CallBuffers &buffers) {
   if (!h->tuning.check_pointers) return;
   for (const Buffer &s : buffers)
     if (s.ptr != nullptr && s.bytes != 0) require_one(h, s);

@@ -4,8 +4,6 @@
 // before enqueuing anything (api/fusednorm.h, fnorm_create).
 #pragma once
 
-#include <initializer_list>
-
 #include "core/handle.hpp"
 #include "core/validate.hpp"
 
@@ -17,6 +15,6 @@ namespace fnorm {
 // extent (cuMemGetAddressRange), hold `bytes` from the pointer on. BAD_PARAM
 // naming the argument otherwise. Outside checked mode: nothing (a host
 // pointer then faults in the kernel).
-void require_device_memory(const fnorm_handle *h, std::initializer_list<Buffer> buffers);
+void require_device_memory(const fnorm_handle *h, const CallBuffers &buffers);
 
 }  // namespace fnorm

@@ -35,14 +35,14 @@ struct Tuning {
   // combine at every size (batchnorm/bn_persistent.cuh).
   bool bn_persist_gather_all = false;
 
-  // The fully-connected layer (linear/linear_fwd.cpp, linear_bwd.cpp):
+  // The fully-connected layer (linear/linear_plan.cpp):
   // FNORM_LINEAR_UNFUSED=1: the library's own epilogue kernels instead of
   // cuBLASLt's fused epilogues (the paths taken where cuBLASLt has no fused
   // kernel), so that tests reach them.
   bool linear_unfused = false;
   // FNORM_LINEAR_FWD_AUX=lt|own: the forward's activation from cuBLASLt's
   // epilogues always (lt) or from the library's passes beside the GEMM
-  // wherever the rule in linear_fwd.cpp may choose them (own).
+  // wherever the rule in linear_plan.cpp may choose them (own).
   enum class LinearFwdAux { Rule, Lt, Own } linear_fwd_aux = LinearFwdAux::Rule;
   // FNORM_LINEAR_NO_N1=1: n = 1 backward through the GEMMs, not the
   // library's pass.

@@ -128,20 +128,29 @@ bool overlap(const Buffer &a, const Buffer &b) {
   return pa < pb + b.bytes && pb < pa + a.bytes;
 }
 
-bool allowed_pair(const Buffer &a, const Buffer &b, std::initializer_list<InPlace> allowed) {
-  for (const InPlace &p : allowed)
+bool allowed_pair(const Buffer &a, const Buffer &b, const CallBuffers &call) {
+  for (int i = 0; i < call.allowed_count; ++i) {
+    const InPlace &p = call.allowed[i];
     if ((std::strcmp(p.out, a.name) == 0 && std::strcmp(p.other, b.name) == 0) ||
         (std::strcmp(p.out, b.name) == 0 && std::strcmp(p.other, a.name) == 0))
       return true;
+  }
   return false;
 }
 }  // namespace
 
-void require_no_overlap(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> allowed) {
-  for (const Buffer *a = buffers.begin(); a != buffers.end(); ++a) {
-    for (const Buffer *b = a + 1; b != buffers.end(); ++b) {
+CallBuffers::CallBuffers(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> in_place) {
+  FNORM_REQUIRE(buffers.size() <= kMaxBuffers && in_place.size() <= kMaxInPlace, FNORM_STATUS_INTERNAL_ERROR,
+                "more buffers than CallBuffers holds");
+  for (const Buffer &b : buffers) buffer[count++] = b;
+  for (const InPlace &p : in_place) allowed[allowed_count++] = p;
+}
+
+void require_no_overlap(const CallBuffers &call) {
+  for (const Buffer *a = call.begin(); a != call.end(); ++a) {
+    for (const Buffer *b = a + 1; b != call.end(); ++b) {
       if (!(a->output || b->output) || !overlap(*a, *b)) continue;
-      const bool pair = allowed_pair(*a, *b, allowed);
+      const bool pair = allowed_pair(*a, *b, call);
       const bool same = a->ptr == b->ptr && a->bytes == b->bytes && a->row_stride == b->row_stride;
       FNORM_REQUIRE(pair && same, FNORM_STATUS_BAD_PARAM, "arguments '%s' and '%s' overlap%s", a->name, b->name,
                     pair ? " without being the very same tensor (in place)" : "; this call allows no overlap between them");

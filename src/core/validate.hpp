@@ -88,12 +88,27 @@ struct InPlace {
   const char *other;
 };
 
+// Every buffer of one call (with its extent and direction) and the in-place
+// pairs the header allows it: what an op's buffers() step lists, and what
+// the overlap rule and checked mode run over.
+struct CallBuffers {
+  static constexpr int kMaxBuffers = 16, kMaxInPlace = 4;
+  Buffer buffer[kMaxBuffers];
+  int count = 0;
+  InPlace allowed[kMaxInPlace];
+  int allowed_count = 0;
+  CallBuffers() = default;
+  CallBuffers(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> in_place = {});
+  const Buffer *begin() const { return buffer; }
+  const Buffer *end() const { return buffer + count; }
+};
+
 // The overlap rule of api/fusednorm.h, for every launch: among all of a
 // call's buffers, no two of which one is written may overlap, except an
 // allowed in-place pair that is exactly the same tensor (same pointer, same
 // extent, same row stride). Inputs may overlap each other. NULL and empty
 // buffers overlap nothing. BAD_PARAM naming both arguments otherwise.
-void require_no_overlap(std::initializer_list<Buffer> buffers, std::initializer_list<InPlace> allowed = {});
+void require_no_overlap(const CallBuffers &call);
 
 // The workspace protocol: at least `need` bytes (INSUFFICIENT_WORKSPACE,
 // naming the size query `query`), and when any is needed, not NULL and

@@ -3,11 +3,12 @@
 // op contract's steps (core/op.hpp), the cuBLASLt GEMM description and
 // algorithm cache, and what each file of the op provides.
 //   linear_desc.cpp      fnorm_linear_desc_* and fnorm_linear_aux_size
-//   linear_validate.cpp  describe (descriptors -> LinearProblem), aux and epilogue rules
+//   linear_describe.cpp  describe (descriptors -> LinearProblem), buffers, check (aux and epilogue rules)
 //   linear_cublaslt.cpp  the handle's cuBLASLt state, the algorithm cache, GEMM launch
-//   linear_fwd.cpp       forward: plan (fused epilogue or GEMM + our pass; cached) and launch
-//   linear_bwd_plan.cpp  backward: workspace layout
-//   linear_bwd.cpp       backward: plan (dgrad / wgrad GEMMs; cached) and launch
+//   linear_plan.cpp      plan: forward (fused epilogue or GEMM + our pass), backward (workspace
+//                        layout, dgrad / wgrad GEMMs), and our kernels' shapes
+//   linear_launch.cpp    launch: the planned GEMMs and our kernels
+//   linear_api.cpp       the C entry points: one run_op / query_op each
 //   linear_kernels.cu    our own epilogue kernels
 //   linear_not_built.cpp the entry points of a build without cuBLASLt
 //
@@ -176,7 +177,7 @@ struct GemmPlan {
 GemmPlan choose_gemm(LinearState &s, const Tuning &t, GemmPlan fused, bool try_fused, const GemmKey &key,
                      const GemmRoles &roles, const LinearBuffers &buf, const char *what);
 
-// ---- validation (linear_validate.cpp) -------------------------------------------
+// ---- describe (linear_describe.cpp) -------------------------------------------
 MatrixView matrix_of(const fnorm_tensor_desc &d, const char *arg, bool output);
 LinearAct act_of(fnorm_linear_epilogue_t e);
 bool has_bias(fnorm_linear_epilogue_t e);
@@ -197,6 +198,8 @@ void require_aux(const void *aux, size_t bytes, uint64_t need, const char *arg, 
 unsigned char *aligned_workspace(void *ws);
 LinearAct check_producer(const fnorm_linear_desc *prod);
 
+// ---- the ops (core/op.hpp) ------------------------------------------------------
+
 // The pointers of a forward call.
 struct LinearFwdArgs {
   const void *x = nullptr, *w = nullptr, *bias = nullptr;
@@ -206,27 +209,112 @@ struct LinearFwdArgs {
   size_t workspace_bytes = 0;
 };
 
-// The pointers of one backward call.
-struct LinearBwdArgs {
+// The plan's pointer class: each operand's alignment (alignment_of; 0:
+// absent). The plan's GEMMs are asked of cuBLASLt with stand-ins of these
+// alignments (stand_in), so it depends on nothing else of the pointers.
+struct LinearFwdPtrs {
+  uint32_t x = 0, w = 0, y = 0, bias = 0, aux = 0, unused = 0;
+};
+
+// What runs after the forward GEMM.
+enum class FwdPost : int32_t {
+  None,         // cuBLASLt's epilogue did everything
+  Epilogue,     // plain GEMM: our epilogue kernel (bias, activation, aux) over y
+  ReluMask,     // RELU_BIAS GEMM into y: our mask pass y -> aux
+  GeluFromAux,  // BIAS GEMM into aux (z): our pass y = gelu(z)
+  GeluInPlace,  // BIAS GEMM into y (inference): our pass y = gelu(y)
+  NoInner       // k = 0: y = act(0 + bias) without a GEMM
+};
+
+struct LinearFwdPlan {
+  Sizes sizes;
+  const LinearState *state = nullptr;  // the handle's (its cuBLASLt handle)
+  GemmPlan gemm;
+  FwdPost post = FwdPost::None;
+};
+
+struct LinearFwd {
+  struct Descs {
+    const fnorm_linear_desc *desc;
+    const fnorm_tensor_desc *x, *w, *y;
+  };
+  using Desc = LinearProblem;
+  using Args = LinearFwdArgs;
+  using Ptrs = LinearFwdPtrs;
+  using Plan = LinearFwdPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_linear_fwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 1;  // the launch aligns it (kAlignSlack)
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &p, const Args &) { return p.m * p.n == 0 ? Empty::Done : Empty::No; }
+  static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
+  static Sizes sizes(fnorm_handle *h, const Desc &p, const Ptrs &) { return {workspace_size(h, p), 0}; }
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *h, const Desc &p);
+};
+
+// A backward call without its pointers: the problem (y: dy), dx's view,
+// the activations, and which outputs are wanted.
+struct LinearBwdDesc {
   LinearProblem p;
+  MatrixView dxm;                        // dx's view (when dx is wanted)
   LinearAct act = LinearAct::None;       // desc's activation
   LinearAct prod_act = LinearAct::None;  // x_producer's activation (chained when set)
-  MatrixView dxm;                        // dx's view (when dx is wanted)
+  uint32_t wanted = 0;  // kWantDx | kWantDw | kWantDb | kWantXDb
+  uint32_t unused = 0;
+  static constexpr uint32_t kWantDx = 1, kWantDw = 2, kWantDb = 4, kWantXDb = 8;
+  bool chained() const { return prod_act != LinearAct::None; }
+  bool degenerate() const { return p.m == 0 || p.n == 0 || p.k == 0; }
+};
+
+// The pointers of one backward call.
+struct LinearBwdArgs {
   const void *x = nullptr, *w = nullptr, *dy = nullptr, *aux = nullptr, *x_aux = nullptr;
   void *dx = nullptr, *dw = nullptr, *db = nullptr, *x_db = nullptr;
   size_t aux_bytes = 0, x_aux_bytes = 0;
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
-  bool chained() const { return prod_act != LinearAct::None; }
-  bool wanted() const { return dx != nullptr || dw != nullptr || db != nullptr; }
+  uint32_t wanted() const;
 };
 
-// The pointer rules, aux sizes and the overlap rule over all the call's
-// buffers, and checked mode. Throw Error.
-void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a);
-void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c);
+struct LinearBwdPtrs {
+  uint32_t x = 0, w = 0, dy = 0, aux = 0, x_aux = 0, dx = 0, dw = 0, db = 0, x_db = 0, unused = 0;
+};
 
-// ---- backward plan (linear_bwd_plan.cpp) -------------------------------------------
+struct LinearBwdPlan {
+  Sizes sizes;
+  const LinearState *state = nullptr;
+  BwdLayout layout;
+  bool degenerate = false;  // m, n or k is 0: zeros, or (k = 0) db alone
+  bool n1 = false;          // n = 1: launch_linear_bwd_n1 instead of the GEMMs
+  bool wgrad_planned = false, dgrad_planned = false;
+  bool db_pass = false;     // db from our column sums (no fused bias gradient)
+  bool dz_flat = false;        // the dz pass element-wise (launch_linear_bwd_act's flat)
+  bool producer_flat = false;  // likewise the producer's derivative over dx
+  GemmPlan wgrad, dgrad;
+};
+
+struct LinearBwd {
+  struct Descs {
+    const fnorm_linear_desc *desc;
+    const fnorm_tensor_desc *x, *w, *dy;
+    const fnorm_linear_desc *x_producer;
+    const fnorm_tensor_desc *dx = nullptr;
+  };
+  using Desc = LinearBwdDesc;
+  using Args = LinearBwdArgs;
+  using Ptrs = LinearBwdPtrs;
+  using Plan = LinearBwdPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_linear_bwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 1;  // the launch aligns it (kAlignSlack)
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &c, const Args &) { return c.wanted == 0 ? Empty::Done : Empty::No; }
+  static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
+  static Sizes sizes(fnorm_handle *h, const Desc &c, const Ptrs &) { return {workspace_size(h, c), 0}; }
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *h, const Desc &c);
+};
+
+// ---- backward workspace (linear_plan.cpp) -------------------------------------------
 BwdLayout bwd_layout(const LinearProblem &p, bool chained, int sm_count);
 
 }  // namespace fnorm

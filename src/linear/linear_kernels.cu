@@ -411,14 +411,9 @@ bool rows_aligned16(const void *p, int64_t ld) {
 
 template <typename T, LinearAct ACT>
 cudaError_t bwd_act(const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz, int64_t rows,
-                    int64_t cols, float *partial, int splits, cudaStream_t stream) {
+                    int64_t cols, float *partial, int splits, bool flat, cudaStream_t stream) {
   const int64_t aux_ld = linear_aux_ld(ACT, cols);
-  // The element-wise pass took 7 us off the dz step of fp16 ReLU / GELU at
-  // 8192 x 1024 (backward 69.2 against 76.2 us at 1024 x 784) but added
-  // 7-18 us to fp32 ReLU (707 against 689), where the partial-sums tile
-  // stays (fp32 GELU: equal) (H200, bench/ab_linear.py, 2026-11-22).
-  const bool flat_wins = !(sizeof(T) == 4 && ACT == LinearAct::Relu);
-  if (partial == nullptr && dz != nullptr && flat_wins) {
+  if (flat) {
     // GELU's aux rows are ld = 8k elements apart from a 16-byte aligned base.
     const bool packed = rows_aligned16<T>(dy, lddy) && rows_aligned16<T>(dz, lddz) &&
                         (ACT != LinearAct::Gelu || rows_aligned16<T>(aux, aux_ld));
@@ -439,15 +434,15 @@ cudaError_t bwd_act(const void *dy, int64_t lddy, const void *aux, void *dz, int
 }
 
 template <typename T>
-cudaError_t bwd_act_t(LinearAct act, const void *dy, int64_t lddy, const void *aux, void *dz,
-                      int64_t lddz, int64_t rows, int64_t cols, float *partial, int splits, cudaStream_t stream) {
+cudaError_t bwd_act_t(LinearAct act, const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz,
+                      int64_t rows, int64_t cols, float *partial, int splits, bool flat, cudaStream_t stream) {
   switch (act) {
     case LinearAct::None:
-      return bwd_act<T, LinearAct::None>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::None>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
     case LinearAct::Relu:
-      return bwd_act<T, LinearAct::Relu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::Relu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
     case LinearAct::Gelu:
-      return bwd_act<T, LinearAct::Gelu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act<T, LinearAct::Gelu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -539,14 +534,14 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
 
 cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
                                   const void *aux, void *dz, int64_t lddz, int64_t rows, int64_t cols,
-                                  float *partial, int splits, cudaStream_t stream) {
+                                  float *partial, int splits, bool flat, cudaStream_t stream) {
   switch (dtype) {
     case FNORM_DTYPE_FLOAT32:
-      return bwd_act_t<float>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<float>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
     case FNORM_DTYPE_FLOAT16:
-      return bwd_act_t<__half>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<__half>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
     case FNORM_DTYPE_BFLOAT16:
-      return bwd_act_t<__nv_bfloat16>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, stream);
+      return bwd_act_t<__nv_bfloat16>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;

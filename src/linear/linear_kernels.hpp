@@ -35,11 +35,12 @@ cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void 
 // for LinearAct::None). dz may be null (not written) or the very same
 // buffer as dy (in place); with partial non-null, the column sums of dz in
 // fp32 of the `splits` row slices go to partial[s * cols + c] (reduce them
-// with launch_column_sums, core/column_sums.hpp). Without partial, a plain
-// element-wise pass (a thread per 8 columns of a row) where that is faster.
+// with launch_column_sums, core/column_sums.hpp). `flat` (the plan's
+// choice: linear_plan.cpp; partial null, dz given): a plain element-wise pass
+// (a thread per 8 columns of a row) instead of the row-slice tiles.
 cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
                                   const void *aux, void *dz, int64_t lddz, int64_t rows,
-                                  int64_t cols, float *partial, int splits, cudaStream_t stream);
+                                  int64_t cols, float *partial, int splits, bool flat, cudaStream_t stream);
 
 // Training forward after cuBLASLt's RELU_BIAS GEMM (no aux): the ReLU mask
 // of y [rows, cols] (row stride ldy) into aux in the RELU format above, bit

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// LayerNorm / RMSNorm inside the library: the descriptor object and the op
-// contract's three steps (core/op.hpp) for the forward and the backward.
+// LayerNorm / RMSNorm inside the library: the descriptor object and the two
+// ops of the contract (core/op.hpp), NormFwd and NormBwd.
 //   norm_desc.cpp      fnorm_norm_desc_* (the descriptor API)
-//   norm_validate.cpp  describe (descriptors -> NormProblem) and the checks of a call's pointers
-//   norm_plan.cpp      plan (NormProblem + pack + device -> NormFwdPlan / NormBwdPlan)
-//   norm_api.cpp       the C entry points: describe, check, plan (cached), launch
+//   norm_describe.cpp  describe (descriptors -> NormProblem), buffers, check
+//   norm_plan.cpp      pointer_class (choose_pack) and plan (NormProblem + pack + device -> plan)
+//   norm_launch.cpp    launch, launch_empty
+//   norm_api.cpp       the C entry points: one run_op / query_op each
 //   norm_fwd.cuh, norm_bwd.cuh  the kernels and their launchers (instantiated by the generator)
 #pragma once
 
@@ -86,6 +87,8 @@ struct NormFwdArgs {
   // fnorm_norm_fwd_quant: the scale (read per tensor, written per token) and amax.
   float *scale = nullptr;
   float *amax = nullptr;
+  void *workspace = nullptr;  // the size query answers 0: never read
+  size_t workspace_bytes = 0;
   uint32_t present() const;
 };
 
@@ -105,7 +108,7 @@ struct NormBwdArgs {
   uint32_t present() const;
 };
 
-// ---- describe and check (norm_validate.cpp) ----------------------------------
+// ---- describe (norm_describe.cpp) ----------------------------------
 
 // Validates the descriptors of a forward (everything the size query sees;
 // w_desc only when gamma or beta is present) and returns the problem.
@@ -128,14 +131,10 @@ NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_de
                               const fnorm_tensor_desc *dy_desc, const fnorm_tensor_desc *dx_desc,
                               const fnorm_tensor_desc *w_desc, uint32_t present);
 
-// The pointer rules of a call: required pointers (not for tensors with no
-// elements), the mode's rules, the overlap rule over all its buffers, and
-// checked mode. Throws Error.
-void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const NormFwdArgs &a);
-void check_norm_bwd_args(const fnorm_handle *h, const NormProblem &pb, const NormBwdArgs &a);
-
 // Normalized begin axis in [0, rank), or throws naming `arg`.
 int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
+
+// ---- plan (norm_plan.cpp) -----------------------------------------------------
 
 // The widest pack (elements, <= kMaxPackBytes) that every given data
 // pointer, the row length and the row strides allow. fp32 parameter pointers
@@ -143,8 +142,6 @@ int32_t resolve_axis(int32_t axis, int32_t rank, const char *arg);
 int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
                 std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
                 bool param_f32);
-
-// ---- plan (norm_plan.cpp) -----------------------------------------------------
 
 // The chosen kernel instance and the launch shape it needs.
 template <class Instance>
@@ -161,6 +158,7 @@ struct Plan {
 
 struct NormFwdPlan : Plan<NormFwdInstance> {
   LaunchShape shape;  // with a device only
+  Sizes sizes;        // none
 };
 
 // Workspace layout of a backward with `partials` partial rows.
@@ -172,6 +170,7 @@ struct NormBwdPlan : Plan<NormBwdInstance> {
   int grid = 0;            // partial rows the launch writes (its grid)
   NormBwdShape shape;      // with a device only
   BwdWorkspace workspace;  // where the partials and row coefficients go
+  Sizes sizes;             // workspace.bytes
 };
 
 // Picks tier and instance for a forward (RMSNorm when `rms`) with the given
@@ -203,8 +202,55 @@ BwdWorkspace bwd_workspace_layout(const NormProblem &v, int partials, bool want_
 NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan);
 NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan);
 
-// The plans of a handle, cached per (problem, pack) (core/op.hpp).
-const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pack);
-const NormBwdPlan &norm_bwd_plan(fnorm_handle *h, const NormProblem &pb, int pack);
+// ---- the ops (core/op.hpp) ------------------------------------------------------
+
+// The plan's pointer class: the pack the call's pointers allow.
+struct NormPtrs {
+  int32_t pack = 1;
+  int32_t unused = 0;
+};
+
+// fnorm_norm_fwd and fnorm_norm_fwd_quant (a quantized y_desc; the scaling).
+struct NormFwd {
+  struct Descs {
+    const fnorm_norm_desc *norm;
+    const fnorm_tensor_desc *x, *w, *y;
+    bool quant = false;
+    fnorm_quant_scaling_t scaling = FNORM_QUANT_SCALING_PER_TENSOR;
+  };
+  using Desc = NormProblem;
+  using Args = NormFwdArgs;
+  using Ptrs = NormPtrs;
+  using Plan = NormFwdPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_norm_fwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 1;
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &pb, const Args &a);
+  static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
+  static Sizes sizes(fnorm_handle *, const Desc &, const Ptrs &) { return {}; }
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *, const Desc &) { return 0; }
+};
+
+struct NormBwd {
+  struct Descs {
+    const fnorm_norm_desc *norm;
+    const fnorm_tensor_desc *x, *dy, *dx, *w;
+  };
+  using Desc = NormProblem;
+  using Args = NormBwdArgs;
+  using Ptrs = NormPtrs;
+  using Plan = NormBwdPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_norm_bwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 16;
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &pb, const Args &a);
+  static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
+  // The grid (and so the workspace) follows the kernel's occupancy: planned
+  // (and cached) to answer.
+  static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *h, const Desc &pb);
+};
 
 }  // namespace fnorm

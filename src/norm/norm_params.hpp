@@ -12,6 +12,7 @@
 
 #include "core/launch.hpp"
 #include "core/quant.hpp"
+#include "core/row_ring.hpp"
 #include "fusednorm.h"
 #include "kernel_config.hpp"
 
@@ -94,16 +95,10 @@ static_assert(kNormBwdStages >= 2, "the staging ring needs the row worked on and
 // registers at 8 values (1024 threads), 128 at 16 (512 threads).
 constexpr int bwd_rows_max_threads(int values) { return values <= 8 ? kBwdRowsMaxThreads : kBwdRowsMaxThreads / 2; }
 
-// One stage of the backward register tiers' staging ring at `threads` per
-// block: per thread, npack packs of x and of dy and the row's (mean, rstd).
-constexpr size_t norm_bwd_stage_bytes(int threads, int npack, int pack, size_t elem_bytes) {
-  return static_cast<size_t>(threads) *
-         (2 * static_cast<size_t>(npack) * static_cast<size_t>(pack) * elem_bytes + 2 * sizeof(float));
-}
-// Dynamic shared memory of the warp and block tiers' ring (kNormBwdStages
-// stages; the rows tier sizes its own ring, norm_bwd.cuh).
+// Dynamic shared memory of the warp and block tiers' ring (core/row_ring.cuh;
+// kNormBwdStages stages; the rows tier sizes its own ring, norm_bwd_rows.cuh).
 constexpr size_t norm_bwd_staging_bytes(int threads, int npack, int pack, size_t elem_bytes) {
-  return static_cast<size_t>(kNormBwdStages) * norm_bwd_stage_bytes(threads, npack, pack, elem_bytes);
+  return static_cast<size_t>(kNormBwdStages) * row_ring_stage_bytes(threads, npack, pack, elem_bytes);
 }
 
 // The backward's launch shape: its main kernel's grid (the number of

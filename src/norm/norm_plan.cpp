@@ -4,26 +4,13 @@
 // launches both call these, so they cannot disagree.
 #include <algorithm>
 
+#include "core/row_plan.hpp"
+#include "core/run_op.hpp"
 #include "norm/norm.hpp"
 
 namespace fnorm {
 
 namespace {
-
-// The instance of `tier` for (dtype, pack) with the fewest packs per thread
-// among those `fits` accepts, or null.
-template <class Instance, class Fits>
-const Instance *fewest_npack(const Instance *table, size_t count, fnorm_dtype_t dtype, int pack,
-                             Tier tier, Fits fits) {
-  const Instance *best = nullptr;
-  for (size_t i = 0; i < count; ++i) {
-    const Instance &c = table[i];
-    if (c.dtype == dtype && c.pack == pack && c.tier == tier && fits(c.npack) &&
-        (best == nullptr || c.npack < best->npack))
-      best = &c;
-  }
-  return best;
-}
 
 // One block per row, or per cluster of `cluster` blocks: a whole number of
 // warps per block holding its share of the row, the fewest packs per thread
@@ -285,7 +272,7 @@ bool plan_rows_tier(const NormProblem &view, int pack, const DeviceInfo &dev, No
   const int64_t width = ceil_div(ceil_div(view.cols / pack, int64_t{inst->npack}), 32) * 32;
   const int values = inst->npack * pack;
   if (width * values < kBwdRowsMinValues || width > bwd_rows_max_threads(values)) return false;
-  if (2 * norm_bwd_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
+  if (2 * row_ring_stage_bytes(static_cast<int>(width), inst->npack, pack, elem) + kBwdRowsSmemMargin >
       static_cast<size_t>(dev.max_smem_optin))
     return false;
   plan.instance = inst;
@@ -376,12 +363,6 @@ Params shared_params(const NormProblem &v, const PlanT &plan) {
   return p;
 }
 
-// Plans are cached per (handle, problem, pack).
-struct NormPlanKey {
-  NormProblem problem;
-  int32_t pack = 0;
-  int32_t unused = 0;
-};
 }  // namespace
 
 NormFwdParams norm_fwd_params(const NormProblem &v, const NormFwdPlan &plan) {
@@ -407,23 +388,67 @@ NormBwdParams norm_bwd_params(const NormProblem &v, const NormBwdPlan &plan) {
   return p;
 }
 
-const NormFwdPlan &norm_fwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
-  return PlanCache<NormPlanKey, NormFwdPlan>::get(h->id, NormPlanKey{pb, pack, 0}, [&] {
-    const DeviceContext ctx = device_context(h);
-    NormFwdPlan plan = plan_norm_fwd(pb, pack, ctx, pb.rms(), pb.has(kNormResidual));
-    apply_fwd_tuning(pb, pack, ctx.dev, h->tuning.norm_fwd, plan);
-    // A quantized output (the problem's out_dtype keeps its plans apart in
-    // the cache) launches the instance's twin, with the plain kernel's shape.
-    const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
-    check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
-    if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
-    return plan;
+// ---- the ops' plan steps -----------------------------------------------------------
+
+int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
+                std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
+                bool param_f32) {
+  const size_t elem = dtype_size(v.dtype);
+  return widest_pack(elem, kMaxPackBytes, [&](int p) {
+    bool ok = v.cols % p == 0;
+    for (int64_t s : strides) ok = ok && (v.rows == 1 || s % p == 0);
+    const size_t param_align = param_f32 ? 4 * static_cast<size_t>(std::min(p, 4)) : p * elem;
+    return ok && all_aligned(data, p * elem) && all_aligned(params, param_align);
   });
 }
 
-const NormBwdPlan &norm_bwd_plan(fnorm_handle *h, const NormProblem &pb, int pack) {
-  return PlanCache<NormPlanKey, NormBwdPlan>::get(h->id, NormPlanKey{pb, pack, 0},
-                                                  [&] { return plan_norm_bwd(pb, pack, device_context(h)); });
+
+NormPtrs NormFwd::pointer_class(fnorm_handle *, const NormProblem &pb, const NormFwdArgs &a) {
+  if (!pb.quantized())
+    return {choose_pack(pb, {a.x, a.y, a.residual, a.sum}, {pb.x_row_stride, pb.y_row_stride}, {a.gamma, a.beta},
+                        pb.param_f32())};
+  // x, residual and sum as the plain forward; y's codes take one byte each.
+  int pack = choose_pack(pb, {a.x, a.residual, a.sum}, {pb.x_row_stride}, {a.gamma, a.beta}, pb.param_f32());
+  while (pack > 1 && (!is_aligned(a.y, static_cast<size_t>(pack)) || (pb.rows > 1 && pb.y_row_stride % pack != 0)))
+    pack /= 2;
+  return {pack};
+}
+
+NormFwdPlan NormFwd::plan(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  const DeviceContext ctx = device_context(h);
+  NormFwdPlan plan = plan_norm_fwd(pb, ptrs.pack, ctx, pb.rms(), pb.has(kNormResidual));
+  apply_fwd_tuning(pb, ptrs.pack, ctx.dev, h->tuning.norm_fwd, plan);
+  // A quantized output (the problem's out_dtype keeps its plans apart in
+  // the cache) launches the instance's twin, with the plain kernel's shape.
+  const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
+  check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
+  if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
+  return plan;
+}
+
+NormPtrs NormBwd::pointer_class(fnorm_handle *, const NormProblem &pb, const NormBwdArgs &a) {
+  return {choose_pack(pb, {a.x, a.dy, a.dx, a.dsum}, {pb.x_row_stride, pb.y_row_stride, pb.dx_row_stride}, {a.gamma},
+                      pb.param_f32())};
+}
+
+NormBwdPlan NormBwd::plan(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  NormBwdPlan plan = plan_norm_bwd(pb, ptrs.pack, device_context(h));
+  plan.sizes.workspace = plan.workspace.bytes;
+  return plan;
+}
+
+Sizes NormBwd::sizes(fnorm_handle *h, const NormProblem &pb, const NormPtrs &ptrs) {
+  return cached_plan<NormBwd>(h, pb, ptrs).sizes;
+}
+
+size_t NormBwd::workspace_size(fnorm_handle *h, const NormProblem &pb) {
+  if (pb.elements() == 0) return 0;
+  // The launch's pack follows the pointers' alignment: answer for the
+  // largest need over every pack the row length allows.
+  size_t most = 0;
+  for (int pack = static_cast<int>(kMaxPackBytes / dtype_size(pb.dtype)); pack >= 1; pack /= 2)
+    if (pb.cols % pack == 0) most = std::max(most, cached_plan<NormBwd>(h, pb, NormPtrs{pack}).sizes.workspace);
+  return most;
 }
 
 }  // namespace fnorm

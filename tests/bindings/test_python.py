@@ -14,19 +14,20 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 
 import fusednorm as fn  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "gen"))
+import c_header  # noqa: E402  (gen/c_header.py: the one reader of the header)
+
 with open(os.path.join(ROOT, "api", "fusednorm.h")) as f:
     HEADER = f.read()
 # Comments out, so that prose mentioning a name or an "= 0" cannot match.
-HEADER_CODE = re.sub(r"/\*.*?\*/", " ", HEADER, flags=re.S)
+HEADER_CODE = c_header.strip_comments(HEADER)
 
 
-def header_enum(typedef_name, prefix=None):
-    """{NAME without prefix: value} of `typedef enum <typedef_name> {...}`;
-    the prefix is what all its constants share (FNORM_STATUS_, ...) unless
-    given (where the names share more than it: PER_TENSOR, PER_TOKEN)."""
-    m = re.search(rf"typedef\s+enum\s+{typedef_name}\s*\{{(.*?)\}}", HEADER_CODE, re.S)
-    assert m, f"enum {typedef_name} not in the header"
-    items = re.findall(r"\b(FNORM_\w+)\s*=\s*(\d+)", m.group(1))
+def header_enum(tag, prefix=None):
+    """{NAME without prefix: value} of `typedef enum <tag> {...}`; the prefix
+    is what all its constants share (FNORM_STATUS_, ...) unless given (where
+    the names share more than it: PER_TENSOR, PER_TOKEN)."""
+    items = c_header.enum(HEADER, tag).values
     names = [n for n, _ in items]
     if prefix is None:
         prefix = os.path.commonprefix(names)
@@ -35,19 +36,14 @@ def header_enum(typedef_name, prefix=None):
 
 
 def header_functions():
-    """{name: [parameter C types]} for every FNORM_API function."""
-    out = {}
-    for m in re.finditer(r"FNORM_API\s+([^;{]*?)\b(fnorm_\w+)\s*\(([^)]*)\)\s*;", HEADER_CODE, re.S):
-        params = " ".join(m.group(3).split())
-        out[m.group(2)] = (m.group(1).strip(),
-                           [] if params in ("", "void") else [p.strip() for p in params.split(",")])
-    return out
+    """{name: (result C type, [parameter C types])} for every FNORM_API function."""
+    return {f.name: (f.ret, [p.ctype for p in f.params]) for f in c_header.functions(HEADER)}
 
 
 # Opaque pointer typedefs (`typedef struct x *name;`) and enum typedefs, as the
 # header declares them.
-OPAQUE = tuple(re.findall(r"typedef\s+struct\s+\w+\s*\*\s*(\w+)\s*;", HEADER_CODE))
-ENUMS = tuple(re.findall(r"typedef\s+enum\s+\w+\s*\{[^}]*\}\s*(\w+)\s*;", HEADER_CODE, re.S))
+OPAQUE = tuple(name for _, name in c_header.opaque(HEADER) if name)
+ENUMS = tuple(e.name for e in c_header.enums(HEADER))
 INT_SIZES = {"int32_t": 4, "uint32_t": 4, "int": 4, "size_t": ctypes.sizeof(ctypes.c_size_t),
              "int64_t": 8, **{e: 4 for e in ENUMS}}
 

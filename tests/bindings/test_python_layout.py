@@ -91,7 +91,7 @@ class BatchNormLayout(unittest.TestCase):
 
 class DropInAbiTable(unittest.TestCase):
     def test_every_function_the_extension_binds_is_exported_and_typed(self):
-        with open(os.path.join(ROOT, "bindings", "python", "fusednorm", "torch", "csrc", "ops.cpp")) as f:
+        with open(os.path.join(ROOT, "bindings", "python", "fusednorm", "torch", "csrc", "common.hpp")) as f:
             src = f.read()
         m = re.search(r"#define FNORM_TORCH_ABI\(X\)(.*?)\n\n", src, re.S)
         self.assertIsNotNone(m)

@@ -19,7 +19,7 @@
 
 #include "api_check.hpp"
 #include "check.hpp"
-#include "core/op.hpp"
+#include "core/run_op.hpp"
 #include "core/tuning.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
@@ -123,8 +123,8 @@ void test_norm_overlaps() {
                   fnorm::NormFwdArgs a{p.at("x"), p.at("residual"), p.at("sum"), p.at("gamma"), p.at("beta"),
                                        p.at("y"), static_cast<float *>(p.at("mean")),
                                        static_cast<float *>(p.at("rstd"))};
-                  const fnorm::NormProblem pb = fnorm::describe_norm_fwd(n.d, x.d, w.d, x.d, a.present());
-                  fnorm::check_norm_fwd_args(h, pb, a);
+                  const fnorm::NormProblem pb = fnorm::NormFwd::describe({n.d, x.d, w.d, x.d}, &a);
+                  fnorm::check_call<fnorm::NormFwd>(h, pb, a);
                 });
               }});
   // The quantized forward: y (one-byte codes) never in place; the scale an
@@ -145,9 +145,8 @@ void test_norm_overlaps() {
                                          p.at("y"), static_cast<float *>(p.at("mean")),
                                          static_cast<float *>(p.at("rstd")), static_cast<float *>(p.at("scale")),
                                          static_cast<float *>(p.at("amax"))};
-                    const fnorm::NormProblem pb =
-                        fnorm::describe_norm_fwd_quant(n.d, x.d, w.d, q.d, scaling, a.present());
-                    fnorm::check_norm_fwd_args(h, pb, a);
+                    const fnorm::NormProblem pb = fnorm::NormFwd::describe({n.d, x.d, w.d, q.d, true, scaling}, &a);
+                    fnorm::check_call<fnorm::NormFwd>(h, pb, a);
                   });
                 }});
   }
@@ -160,8 +159,8 @@ void test_norm_overlaps() {
                   fnorm::NormBwdArgs a{p.at("x"), p.at("dy"), static_cast<const float *>(p.at("mean")),
                                        static_cast<const float *>(p.at("rstd")), p.at("gamma"), p.at("dsum"),
                                        p.at("dx"), p.at("dgamma"), p.at("dbeta"), p.at("workspace"), 4096};
-                  const fnorm::NormProblem pb = fnorm::describe_norm_bwd(n.d, x.d, x.d, x.d, w.d, a.present());
-                  fnorm::check_norm_bwd_args(h, pb, a);
+                  const fnorm::NormProblem pb = fnorm::NormBwd::describe({n.d, x.d, x.d, x.d, w.d}, &a);
+                  fnorm::check_call<fnorm::NormBwd>(h, pb, a);
                 });
               }});
 }
@@ -183,12 +182,10 @@ void test_batchnorm_overlaps(bool sync) {
   Desc x;
   x.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3});
   const std::string suffix = sync ? " (SyncBatchNorm)" : "";
-  auto call = [&](fnorm::BnPass pass) {
-    fnorm::BnCall c;
-    c.pb = fnorm::describe_bn(pass, bn.d, x.d);
-    c.desc = bn.d;
-    return c;
-  };
+  // The descriptors described without the communicator's device check (the
+  // communicator here is a stand-in address).
+  auto describe = [&](fnorm::BnPass pass) { return fnorm::describe_bn(pass, bn.d, x.d); };
+  struct ncclComm *const comm = sync ? reinterpret_cast<struct ncclComm *>(uintptr_t{0x1000}) : nullptr;
   run_matrix({"fnorm_batchnorm_fwd_train" + suffix,
               {"x", "z", "gamma", "beta", "y", "running_mean", "running_var", "num_batches_tracked", "saved_mean",
                "saved_invstd", "reserve", "workspace"},
@@ -197,7 +194,8 @@ void test_batchnorm_overlaps(bool sync) {
               {{"y", "x"}, {"y", "z"}},
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
-                  fnorm::BnCall c = call(fnorm::BnPass::FwdTrain);
+                  fnorm::BnArgs c;
+                  c.comm = comm;
                   c.x = p.at("x"), c.z = p.at("z"), c.y = p.at("y");
                   c.gamma = static_cast<const float *>(p.at("gamma"));
                   c.beta = static_cast<const float *>(p.at("beta"));
@@ -208,7 +206,7 @@ void test_batchnorm_overlaps(bool sync) {
                   c.saved_invstd = static_cast<float *>(p.at("saved_invstd"));
                   c.reserve = p.at("reserve"), c.reserve_bytes = 64;
                   c.workspace = p.at("workspace"), c.workspace_bytes = 4096;
-                  fnorm::check_bn_fwd_train_args(h, c);
+                  fnorm::check_call<fnorm::BnFwdTrain>(h, describe(fnorm::BnPass::FwdTrain), c);
                 });
               }});
   if (!sync)
@@ -218,14 +216,14 @@ void test_batchnorm_overlaps(bool sync) {
                 {{"y", "x"}, {"y", "z"}},
                 [&](const std::map<std::string, void *> &p) {
                   return guarded([&] {
-                    fnorm::BnCall c = call(fnorm::BnPass::FwdInfer);
+                    fnorm::BnArgs c;
                     c.x = p.at("x"), c.z = p.at("z"), c.y = p.at("y");
                     c.gamma = static_cast<const float *>(p.at("gamma"));
                     c.beta = static_cast<const float *>(p.at("beta"));
                     c.running_mean_in = static_cast<const float *>(p.at("running_mean"));
                     c.running_var_in = static_cast<const float *>(p.at("running_var"));
                     c.workspace = p.at("workspace"), c.workspace_bytes = 4096;
-                    fnorm::check_bn_fwd_infer_args(h, c);
+                    fnorm::check_call<fnorm::BnFwdInfer>(h, describe(fnorm::BnPass::FwdInfer), c);
                   });
                 }});
   run_matrix({"fnorm_batchnorm_bwd" + suffix,
@@ -235,7 +233,8 @@ void test_batchnorm_overlaps(bool sync) {
               {{"dx", "dy"}, {"dx", "x"}, {"dz", "dy"}},
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
-                  fnorm::BnCall c = call(fnorm::BnPass::Bwd);
+                  fnorm::BnArgs c;
+                  c.comm = comm;
                   c.x = p.at("x"), c.dy = p.at("dy"), c.y_in = p.at("y"), c.dx = p.at("dx"), c.dz = p.at("dz");
                   c.gamma = static_cast<const float *>(p.at("gamma"));
                   c.beta = static_cast<const float *>(p.at("beta"));
@@ -245,7 +244,7 @@ void test_batchnorm_overlaps(bool sync) {
                   c.dbeta = static_cast<float *>(p.at("dbeta"));
                   c.reserve = p.at("reserve"), c.reserve_bytes = 64;
                   c.workspace = p.at("workspace"), c.workspace_bytes = 4096;
-                  fnorm::check_bn_bwd_args(h, c);
+                  fnorm::check_call<fnorm::BnBwd>(h, describe(fnorm::BnPass::Bwd), c);
                 });
               }});
 }
@@ -269,10 +268,10 @@ void test_linear_overlaps() {
               {},
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
-                  const fnorm::LinearProblem pb = fnorm::describe_linear(desc, x.d, w.d, y.d, "y_desc", true);
                   const fnorm::LinearFwdArgs a{p.at("x"), p.at("w"), p.at("bias"), p.at("y"), p.at("aux"), 1024,
-                                         p.at("workspace"), 4096};
-                  fnorm::check_linear_fwd_args(h, pb, a);
+                                               p.at("workspace"), 4096};
+                  const fnorm::LinearProblem pb = fnorm::LinearFwd::describe({desc, x.d, w.d, y.d}, &a);
+                  fnorm::check_call<fnorm::LinearFwd>(h, pb, a);
                 });
               }});
   fnorm_linear_desc_t producer = nullptr;
@@ -285,15 +284,12 @@ void test_linear_overlaps() {
               [&](const std::map<std::string, void *> &p) {
                 return guarded([&] {
                   fnorm::LinearBwdArgs c;
-                  c.p = fnorm::describe_linear(desc, x.d, w.d, y.d, "dy_desc", false);
-                  c.act = fnorm::act_of(FNORM_LINEAR_EPILOGUE_BIAS_RELU);
-                  c.prod_act = fnorm::check_producer(producer);
-                  c.dxm = fnorm::matrix_of(*x.d, "dx_desc", true);
                   c.x = p.at("x"), c.w = p.at("w"), c.dy = p.at("dy"), c.aux = p.at("aux"), c.x_aux = p.at("x_aux");
                   c.dx = p.at("dx"), c.dw = p.at("dw"), c.db = p.at("db"), c.x_db = p.at("x_db");
                   c.aux_bytes = c.x_aux_bytes = 1024;
                   c.workspace = p.at("workspace"), c.workspace_bytes = 4096;
-                  fnorm::check_linear_bwd_args(h, c);
+                  const fnorm::LinearBwdDesc d = fnorm::LinearBwd::describe({desc, x.d, w.d, y.d, producer, x.d}, &c);
+                  fnorm::check_call<fnorm::LinearBwd>(h, d, c);
                 });
               }});
   fnorm_linear_desc_destroy(producer);

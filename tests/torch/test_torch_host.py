@@ -6,7 +6,7 @@ keeping the very parameter tensors; convert(fuse=True) finds the BN->ReLU,
 BN->add->ReLU and Linear->activation patterns of a ResNet-style model and an
 MLP and computes the same; state_dict keys are torch's; where the C++ ops
 are built, each module's torch.compile graph (traced on fake CUDA tensors)
-calls them, and the norm ops' fake kernels promise ops.cpp's outputs. Runs
+calls them, and the norm ops' fake kernels promise csrc/norm.cpp's outputs. Runs
 where PyTorch imports (the C++ ops need not build: without them the modules
 fall back the same way, and the compile checks skip); exit 77 where it does
 not.
@@ -197,7 +197,7 @@ class Host(unittest.TestCase):
         self.assertIs(sync[1].weight, model[1].weight)
 
     def test_rms_default_eps_is_torchs(self):
-        """RMSNorm's eps=None (the modules' _RMS_EPS, and ops.cpp's) is what
+        """RMSNorm's eps=None (the modules' _RMS_EPS, and csrc/norm.cpp's) is what
         torch's rms_norm adds: float32's epsilon for float32, float16 and
         bfloat16 input, not the input dtype's."""
         from fusednorm.torch import modules
@@ -314,7 +314,9 @@ class BuildTool(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(dest, build.NAME + ".json")))
         self.assertEqual(len(calls), 1)
         self.assertEqual(calls[0][0], sys.executable)
-        self.assertEqual(json.loads(calls[0][-1])["source"], build.SOURCE)
+        srcs = json.loads(calls[0][-1])["sources"]
+        self.assertEqual(srcs, build.sources())  # every csrc/*.cpp: ops.cpp and one file per op
+        self.assertIn(os.path.join(build.CSRC, "ops.cpp"), srcs)
 
     def test_failed_compile_is_reported(self):
         import subprocess
@@ -413,7 +415,7 @@ class Compile(unittest.TestCase):
             self.assertTrue(ops.group_norm(xs, 4, None, None, None, None, 1e-5, 0).is_contiguous())
 
     def test_norm_fakes(self):
-        """The norm ops' fake kernels promise what ops.cpp returns: y and dx
+        """The norm ops' fake kernels promise what csrc/norm.cpp returns: y and dx
         in x's layout, one float32 statistic per row (mean empty for
         RMSNorm), dgamma/dbeta packed in the weight's dtype or empty."""
         if not ft.ops_available():

@@ -131,7 +131,7 @@ class Norms(unittest.TestCase):
 
 
 class NormAutogradNode(unittest.TestCase):
-    """The eager LayerNorm/RMSNorm call's autograd node (ops.cpp's
+    """The eager LayerNorm/RMSNorm call's autograd node (csrc/norm.cpp's
     NormBackward, made as torch's generated nodes are): what torch's own
     node does for a second backward, an input modified in place, saved-tensor
     hooks, checkpointing, retain_graph, an output that gets no gradient, and

@@ -14,16 +14,19 @@ per thread). In a launch (a function taking an fnorm_stream_t) the stream
 and every pointer argument travel as uintptr_t and are cast back here, so the
 Go side never turns a uintptr into an unsafe.Pointer. Functions returning
 anything else (version, strings, the message itself) are called directly.
-Anything in a prototype this script does not understand is an error.
+The prototypes are read by gen/c_header.py; anything in one it does not
+understand is an error.
 """
 import argparse
 import difflib
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-HEADER = ROOT / "api" / "fusednorm.h"
+sys.path.insert(0, str(ROOT / "gen"))
+import c_header  # noqa: E402  (gen/c_header.py: the one reader of the header)
+
+HEADER = c_header.HEADER
 OUT_H = ROOT / "bindings" / "go" / "shim.h"
 OUT_C = ROOT / "bindings" / "go" / "shim.c"
 WIDTH = 100
@@ -37,31 +40,12 @@ class GenError(Exception):
     pass
 
 
-def strip_comments(text):
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
-
-
-def parse_param(p):
-    """'const int64_t *dims' -> ('const int64_t *', 'dims')."""
-    p = " ".join(p.split())
-    m = re.fullmatch(r"((?:const\s+)?(?:struct\s+)?\w+(?:\s*\*)*\s*(?:const\s*)?(?:\s*\*)*)\s*\b(\w+)", p)
-    if m is None or p == "void":
-        raise GenError(f"cannot parse parameter {p!r}")
-    ctype = re.sub(r"\s*\*", " *", m.group(1).strip()).replace("* *", "**")
-    return ctype.strip(), m.group(2)
-
-
 def functions(header_text):
-    src = strip_comments(header_text)
-    out = []
-    for ret, name, params in re.findall(r"FNORM_API\s+([\w\s\*]+?)\s*\b(fnorm_\w+)\s*\((.*?)\)\s*;", src, flags=re.S):
-        ret = " ".join(ret.split())
-        ps = [] if params.strip() in ("", "void") else [parse_param(p) for p in params.split(",")]
-        out.append((ret, name, ps))
-    if not out:
-        raise GenError("no FNORM_API functions found")
-    return out
+    """(result type, name, [(C type, name)]) of each FNORM_API function."""
+    try:
+        return [(f.ret, f.name, [tuple(p) for p in f.params]) for f in c_header.functions(header_text)]
+    except c_header.HeaderError as e:
+        raise GenError(str(e)) from None
 
 
 def wrap(head, items, tail, indent):

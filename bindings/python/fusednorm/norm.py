@@ -123,6 +123,17 @@ def _norm_flags(zero_centered_gamma: bool, round_xhat: bool) -> int:
 
 
 @functools.lru_cache(maxsize=64)
+def _weight_desc(weight, bias):
+    """w_desc, which describes gamma and beta together: from whichever is
+    given (None for neither); both given, they must agree."""
+    if weight is not None and bias is not None and (
+            bias.shape != weight.shape or bias.stride() != weight.stride() or bias.dtype != weight.dtype):
+        raise ValueError(f"bias must have weight's dtype, shape and strides ({weight.dtype}, "
+                         f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
+    w = weight if weight is not None else bias
+    return _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
+
+
 def _norm_desc(mode: NormMode, begin_norm_axis: int, eps: float, flags: int) -> NormDesc:
     return NormDesc(mode, begin_norm_axis, eps, flags)
 
@@ -162,13 +173,7 @@ def _norm_fwd(mode: NormMode, x, weight, bias, eps, residual, zero_centered_gamm
 
     xd = _desc_of(x, "x")
     yd = _desc_of(y, "out")
-    # w_desc describes gamma and beta together: build it from whichever exists.
-    if weight is not None and bias is not None and (
-            bias.shape != weight.shape or bias.stride() != weight.stride() or bias.dtype != weight.dtype):
-        raise ValueError(f"bias must have weight's dtype, shape and strides ({weight.dtype}, "
-                         f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
-    w = weight if weight is not None else bias
-    wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
+    wd = _weight_desc(weight, bias)
     flags = _norm_flags(zero_centered_gamma, round_xhat)
     nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
     handle = _handle_for(dev.index)
@@ -283,12 +288,7 @@ def _norm_fwd_quant(mode: NormMode, x, weight, bias, eps, residual, zero_centere
 
     xd = _desc_of(x, "x")
     yd = _tensor_desc(qdt, tuple(y.shape), tuple(y.stride()))
-    if weight is not None and bias is not None and (
-            bias.shape != weight.shape or bias.stride() != weight.stride() or bias.dtype != weight.dtype):
-        raise ValueError(f"bias must have weight's dtype, shape and strides ({weight.dtype}, "
-                         f"{tuple(weight.shape)}); got ({bias.dtype}, {tuple(bias.shape)})")
-    w = weight if weight is not None else bias
-    wd = _desc_of(w, "weight" if weight is not None else "bias") if w is not None else None
+    wd = _weight_desc(weight, bias)
     flags = _norm_flags(zero_centered_gamma, round_xhat)
     nd = _norm_desc(mode, int(begin_norm_axis), float(eps), flags)
     handle = _handle_for(dev.index)

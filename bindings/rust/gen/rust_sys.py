@@ -5,9 +5,9 @@
     python3 bindings/rust/gen/rust_sys.py           # rewrite fusednorm-sys/src/bindings.rs
     python3 bindings/rust/gen/rust_sys.py --check   # exit 1 if the committed file is stale
 
-The header (api/fusednorm.h) and the version header are the one description:
-opaque handle typedefs, enums with explicit values, #define'd integer
-constants and the FNORM_API functions. Enums become a `c_uint` type alias plus
+The header (api/fusednorm.h) and the version header are the one description,
+read by gen/c_header.py: opaque handle typedefs, enums with explicit values,
+#define'd integer constants and the FNORM_API functions. Enums become a `c_uint` type alias plus
 one constant per value (never a Rust enum: a value the library adds later must
 not be undefined behaviour on the Rust side). Anything in the header this
 script does not understand is an error, not a silent omission.
@@ -19,8 +19,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-HEADER = ROOT / "api" / "fusednorm.h"
-VERSION_HEADER = ROOT / "api" / "fusednorm_version.h"
+sys.path.insert(0, str(ROOT / "gen"))
+import c_header  # noqa: E402  (gen/c_header.py: the one reader of the header)
+
+HEADER = c_header.HEADER
+VERSION_HEADER = c_header.VERSION_HEADER
 OUTPUT = ROOT / "bindings" / "rust" / "fusednorm-sys" / "src" / "bindings.rs"
 
 BASE_TYPES = {
@@ -41,49 +44,14 @@ class GenError(Exception):
     pass
 
 
-def strip_comments(text):
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
-
-
 def parse(header_text, version_text):
-    src = strip_comments(header_text)
-    opaque = []  # (struct tag, typedef name or None)
-    for tag, name in re.findall(r"typedef\s+struct\s+(\w+)\s*\*\s*(\w+)\s*;", src):
-        opaque.append((tag, name))
-    for tag in re.findall(r"(?<!typedef)\s+struct\s+(\w+)\s*;", src):
-        if tag not in [t for t, _ in opaque]:
-            opaque.append((tag, None))
-    enums = []  # (typedef name, [(const, value)])
-    for body, name in re.findall(r"typedef\s+enum\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", src, flags=re.S):
-        values = []
-        for item in body.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            m = re.fullmatch(r"(\w+)\s*=\s*(-?\d+)", item)
-            if not m:
-                raise GenError(f"enum {name}: value without an explicit integer: {item!r}")
-            values.append((m.group(1), int(m.group(2))))
-        enums.append((name, values))
-    defines = []
-    for text in (version_text, header_text):
-        for name, value in re.findall(r"^#define\s+(FNORM_\w+)\s+(\d+)\s*$", strip_comments(text), flags=re.M):
-            defines.append((name, int(value)))
-    known = dict(defines)
-    m = re.search(r"#define\s+FNORM_VERSION\s*\\?\s*\((.*?)\)\s*\n", strip_comments(version_text), flags=re.S)
-    if m:
-        expr = m.group(1).replace("\\", " ")
-        if not re.fullmatch(r"[\sA-Z_0-9*+()]*", expr):
-            raise GenError(f"FNORM_VERSION: unexpected expression {expr!r}")
-        value = eval(re.sub(r"FNORM_\w+", lambda t: str(known[t.group(0)]), expr), {"__builtins__": {}})
-        defines.append(("FNORM_VERSION", int(value)))
-    functions = []
-    src = re.sub(r"^[ \t]*#.*$", " ", src, flags=re.M)  # preprocessor lines (FNORM_API's own #define)
-    for ret, name, params in re.findall(r"FNORM_API\s+([^;{}()]*?)\b(fnorm_\w+)\s*\(([^)]*)\)\s*;", src, flags=re.S):
-        functions.append((name, c_type_to_rust(ret.strip(), name), parse_params(params, name)))
-    if len(functions) != len(re.findall(r"FNORM_API\s+[^#]", src)):
-        raise GenError("some FNORM_API declaration did not parse")
+    try:
+        opaque = c_header.opaque(header_text)
+        enums = [(e.name, e.values) for e in c_header.enums(header_text)]
+        defines = c_header.defines(header_text, version_text)
+        functions = [(f.name, c_type_to_rust(f.ret, f.name), rust_params(f)) for f in c_header.functions(header_text)]
+    except c_header.HeaderError as e:
+        raise GenError(str(e)) from None
     return opaque, enums, defines, functions
 
 
@@ -108,19 +76,9 @@ def c_type_to_rust(ctype, where):
     return rust
 
 
-def parse_params(params, where):
-    params = " ".join(params.split())
-    if params in ("void", ""):
-        return []
-    out = []
-    for p in params.split(","):
-        p = p.strip().replace("*", " * ")
-        m = re.fullmatch(r"(.*?)\b(\w+)\s*", p)
-        if not m or not m.group(1).strip():
-            raise GenError(f"{where}: parameter without a name: {p!r}")
-        name = m.group(2)
-        out.append((name + "_" if name in RUST_KEYWORDS else name, c_type_to_rust(m.group(1), f"{where}({name})")))
-    return out
+def rust_params(f):
+    return [(p.name + "_" if p.name in RUST_KEYWORDS else p.name, c_type_to_rust(p.ctype, f"{f.name}({p.name})"))
+            for p in f.params]
 
 
 def render(opaque, enums, defines, functions):

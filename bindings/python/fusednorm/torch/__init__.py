@@ -6,7 +6,7 @@ transformers' norms included (with fuse=True it fuses their decoder layers'
 residual adds with the norms, and rewrites BN->ReLU and BN->add->ReLU into
 fused epilogues); add_rms_norm / add_layer_norm (add & norm in one pass).
 
-The ops are C++ (csrc/ops.cpp, TORCH_LIBRARY "fusednorm", autograd in C++,
+The ops are C++ (csrc/*.cpp, TORCH_LIBRARY "fusednorm", autograd in C++,
 fake implementations for torch.compile), built on first import;
 `ops_available()` / `ops_unavailable_reason()` say whether they are in use.
 Without them (or for what the library refuses) the modules run

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The C++ ops (csrc/ops.cpp): found already compiled, bound to the library
+"""The C++ ops (csrc/*.cpp): found already compiled, bound to the library
 the binding loaded, and given their fake (meta) implementations for
 torch.compile. Nothing is compiled at import: a wheel built with PyTorch
 present holds them, a Meson build compiles them when PyTorch is importable,
@@ -60,7 +60,7 @@ def _import_extension():
     return module
 
 
-_ENTRY_POINTS = ("norm", "add_norm", "bn", "linear")  # csrc/ops.cpp's PYBIND11_MODULE
+_ENTRY_POINTS = ("norm", "add_norm", "bn", "linear")  # the op files' EagerEntries (csrc/)
 
 
 def _load_extension() -> None:
@@ -198,7 +198,7 @@ def _register_fakes() -> None:
         return torch.empty_like(x)
 
     def _gn_like(x):
-        # ops.cpp's group_norm: x's layout when it is one of the library's two, else contiguous
+        # csrc/groupnorm.cpp's group_norm: x's layout when it is one of the library's two, else contiguous
         if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)) or \
                 (x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)):
             return torch.empty_like(x)

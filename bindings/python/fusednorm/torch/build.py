@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Build the drop-in's C++ ops (csrc/ops.cpp) for the PyTorch installed here:
+"""Build the drop-in's C++ ops (every csrc/*.cpp) for the PyTorch installed here:
 
     python -m fusednorm.torch.build [--dest DIR]
 
@@ -12,11 +12,14 @@ package (or, if that is read-only, into the per-user cache that
 FNORM_TORCH_OPS). `import fusednorm.torch` itself never compiles.
 
 `--meson-flags` prints what the Meson build compiles the same ops with (one
-item a line: PyTorch's version, the C++ standard, then -I/-D/-L/-l flags).
+item a line: PyTorch's version, the C++ standard, then -I/-D/-L/-l flags);
+`--sources` the files it compiles and installs (csrc/*.cpp, csrc/*.hpp),
+relative to this directory: one file per op, so a new op's file drops in.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import importlib.machinery
 import json
@@ -27,7 +30,16 @@ import tempfile
 
 NAME = "fusednorm_torch_ops"
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "csrc", "ops.cpp")
+CSRC = os.path.join(HERE, "csrc")
+
+
+def sources() -> list[str]:
+    """The ops' translation units: every csrc/*.cpp (ops.cpp, one per op)."""
+    return sorted(glob.glob(os.path.join(CSRC, "*.cpp")))
+
+
+def headers() -> list[str]:
+    return sorted(glob.glob(os.path.join(CSRC, "*.hpp")))
 
 
 def api_dir() -> str:
@@ -55,8 +67,11 @@ def module_file() -> str:
 def stamp(torch_version: str) -> dict:
     """What a built extension is valid for; written beside it."""
     from .. import _core
-    with open(SOURCE, "rb") as f:
-        src = hashlib.sha256(f.read()).hexdigest()[:16]
+    h = hashlib.sha256()
+    for path in sources() + headers():
+        with open(path, "rb") as f:
+            h.update(os.path.basename(path).encode() + b"\0" + f.read())
+    src = h.hexdigest()[:16]
     return {"torch": torch_version, "fusednorm": ".".join(map(str, _core.version())), "ops_source": src}
 
 
@@ -88,7 +103,7 @@ _COMPILE = """
 import json, sys
 from torch.utils import cpp_extension
 a = json.loads(sys.argv[1])
-cpp_extension.load(name=a["name"], sources=[a["source"]], extra_include_paths=[a["include"]], extra_cflags=["-O2"],
+cpp_extension.load(name=a["name"], sources=a["sources"], extra_include_paths=[a["include"]], extra_cflags=["-O2"],
                    with_cuda=True, is_python_module=True, build_directory=a["dir"], verbose=a["verbose"])
 """
 
@@ -99,12 +114,12 @@ def build(dest: str | None, verbose: bool) -> str:
     import subprocess
 
     import torch
-    # ops.cpp has no device code: any arch list spares the builder a device
+    # The ops have no device code: any arch list spares the builder a device
     # query (which fails without a GPU).
     env = dict(os.environ)
     env.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")
     with tempfile.TemporaryDirectory(prefix="fusednorm-ops-") as tmp:
-        args = {"name": NAME, "source": SOURCE, "include": api_dir(), "dir": tmp, "verbose": verbose}
+        args = {"name": NAME, "sources": sources(), "include": api_dir(), "dir": tmp, "verbose": verbose}
         r = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(args)], env=env)
         if r.returncode != 0:
             raise RuntimeError(f"building the ops failed (PyTorch's extension builder exited with {r.returncode})")
@@ -129,9 +144,13 @@ def main(argv=None) -> int:
     ap.add_argument("--dest", help="directory to write the ops into (then point FNORM_TORCH_OPS at the file)")
     ap.add_argument("--verbose", action="store_true", help="show the compiler's commands")
     ap.add_argument("--meson-flags", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sources", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.meson_flags:
         return meson_flags()
+    if a.sources:
+        print("\n".join(os.path.relpath(p, HERE) for p in sources() + headers()))
+        return 0
     try:
         out = build(a.dest, a.verbose)
     except (RuntimeError, OSError) as e:

@@ -2,7 +2,7 @@
 """LayerNorm / RMSNorm writing a quantized output in one pass, as PyTorch
 functions: `rms_norm_quant` and `layer_norm_quant` return `(y_q, scale)`
 (then the residual sum and amax when asked). The C++ op
-`torch.ops.fusednorm.norm_quant` (csrc/ops.cpp) runs the library's kernel;
+`torch.ops.fusednorm.norm_quant` (csrc/norm.cpp) runs the library's kernel;
 its fake implementation (_ops.py) lets torch.compile trace it. Without the
 op (not built) or for what the library refuses (CPU tensors, other dtypes)
 the same rules run as a PyTorch composition in fp32 (`reference_quant`).

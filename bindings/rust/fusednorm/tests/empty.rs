@@ -12,20 +12,8 @@ use core::ptr::{null, null_mut};
 use fusednorm::*;
 use fusednorm_testkit::cuda::{self, DeviceBuffer};
 
-fn gpu(test: &str) -> Option<Handle> {
-    if cuda::device_count() == 0 {
-        println!("SKIP: {test}: no CUDA device (cudaGetDeviceCount reports none or no driver)");
-        return None;
-    }
-    match Handle::new() {
-        Ok(h) => Some(h),
-        Err(e) if e.category() == Category::NoDevice => {
-            println!("SKIP: {test}: {e}");
-            None
-        }
-        Err(e) => panic!("fnorm_create: {e}"),
-    }
-}
+mod common;
+use common::gpu;
 
 #[test]
 fn empty_descriptors_are_valid() {

@@ -21,28 +21,8 @@ use fusednorm_testkit::check::Rng;
 use fusednorm_testkit::cuda::{self, DeviceBuffer};
 use fusednorm_testkit::half::Dt;
 
-fn gpu(test: &str) -> Option<Handle> {
-    if cuda::device_count() == 0 {
-        println!("SKIP: {test}: no CUDA device (cudaGetDeviceCount reports none or no driver)");
-        return None;
-    }
-    match Handle::new() {
-        Ok(h) => Some(h),
-        Err(e) if e.category() == Category::NoDevice => {
-            println!("SKIP: {test}: {e}");
-            None
-        }
-        Err(e) => panic!("fnorm_create: {e}"),
-    }
-}
-
-fn dtype(d: Dt) -> Dtype {
-    match d {
-        Dt::F32 => Dtype::F32,
-        Dt::F16 => Dtype::F16,
-        Dt::BF16 => Dtype::BF16,
-    }
-}
+mod common;
+use common::{dtype, gpu, scratch, sp};
 
 /// A device tensor of `dt`: uploaded values, or `n` poisoned elements.
 struct T {
@@ -71,13 +51,6 @@ impl T {
     fn read(&self) -> Vec<f64> {
         self.dt.decode(&self.bytes())
     }
-}
-
-fn scratch(bytes: usize) -> Option<DeviceBuffer> {
-    (bytes > 0).then(|| DeviceBuffer::new(bytes).unwrap())
-}
-fn sp(b: &Option<DeviceBuffer>) -> *mut c_void {
-    b.as_ref().map_or(null_mut(), |b| b.ptr())
 }
 
 /// One case; returns how many y elements the flag changed.

@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// LayerNorm / RMSNorm: describe (descriptors -> NormProblem) and the checks
-// of a call's pointers. Built on core/validate.hpp.
-#include <algorithm>
+// LayerNorm / RMSNorm: describe (descriptors -> NormProblem), each call's
+// buffers with their extents, and the pointer rules. Built on
+// core/validate.hpp.
 #include <cstring>
 
-#include "core/pointer_check.hpp"
 #include "norm/norm.hpp"
 
 namespace fnorm {
@@ -153,7 +152,34 @@ NormProblem describe_norm_bwd(const fnorm_norm_desc *norm, const fnorm_tensor_de
   return v;
 }
 
-void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const NormFwdArgs &a) {
+NormProblem NormFwd::describe(const Descs &d, const Args *a) {
+  const uint32_t present = a != nullptr ? a->present() : 0;
+  if (d.quant) return describe_norm_fwd_quant(d.norm, d.x, d.w, d.y, d.scaling, present);
+  return describe_norm_fwd(d.norm, d.x, d.w, d.y, present);
+}
+
+CallBuffers NormFwd::buffers(const NormProblem &pb, const NormFwdArgs &a) {
+  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
+  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
+  const size_t y_bytes = rows_bytes(pb, pb.y_row_stride, pb.out_dtype, "y_desc");
+  if (!pb.quantized())
+    return {{input("x", a.x, data, pb.x_row_stride), input("residual", a.residual, data, pb.x_row_stride),
+             input("gamma", a.gamma, params), input("beta", a.beta, params),
+             output("sum", a.sum, data, pb.x_row_stride), output("y", a.y, y_bytes, pb.y_row_stride),
+             output("mean", a.mean, stats), output("rstd", a.rstd, stats)},
+            {{"y", "x"}, {"sum", "x"}, {"sum", "residual"}}};
+  // Quantized: y (one-byte codes) is never in place of x; the scale is read
+  // (per tensor) or written (per token); amax is written.
+  const size_t scale_bytes = quant_scale_bytes(pb);
+  return {{input("x", a.x, data, pb.x_row_stride), input("residual", a.residual, data, pb.x_row_stride),
+           input("gamma", a.gamma, params), input("beta", a.beta, params),
+           pb.per_token() ? output("scale", a.scale, scale_bytes) : input("scale", a.scale, scale_bytes),
+           output("sum", a.sum, data, pb.x_row_stride), output("y", a.y, y_bytes, pb.y_row_stride),
+           output("amax", a.amax, sizeof(float)), output("mean", a.mean, stats), output("rstd", a.rstd, stats)},
+          {{"sum", "x"}, {"sum", "residual"}}};
+}
+
+void NormFwd::check(const NormProblem &pb, const NormFwdArgs &a) {
   if (pb.elements() != 0) {  // an empty tensor may come without memory (NULL)
     require_not_null(a.x, "x");
     require_not_null(a.y, "y");
@@ -164,44 +190,31 @@ void check_norm_fwd_args(const fnorm_handle *h, const NormProblem &pb, const Nor
                 "argument 'mean' must be NULL: RMSNorm saves only rrms (in 'rstd')");
   FNORM_REQUIRE(a.sum == nullptr || a.residual != nullptr, FNORM_STATUS_BAD_PARAM,
                 "argument 'sum' is given without 'residual'");
-  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
-  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
-  const size_t y_bytes = rows_bytes(pb, pb.y_row_stride, pb.out_dtype, "y_desc");
-  if (!pb.quantized()) {
-    const std::initializer_list<Buffer> buffers = {
-        input("x", a.x, data, pb.x_row_stride),
-        input("residual", a.residual, data, pb.x_row_stride),
-        input("gamma", a.gamma, params),
-        input("beta", a.beta, params),
-        output("sum", a.sum, data, pb.x_row_stride),
-        output("y", a.y, y_bytes, pb.y_row_stride),
-        output("mean", a.mean, stats),
-        output("rstd", a.rstd, stats)};
-    require_no_overlap(buffers, {{"y", "x"}, {"sum", "x"}, {"sum", "residual"}});
-    require_device_memory(h, buffers);
-    return;
-  }
-  // Quantized: y (one-byte codes) is never in place of x; the scale is read
-  // (per tensor) or written (per token); amax is written.
-  if (pb.elements() != 0) require_not_null(a.scale, "scale");
-  const size_t scale_bytes = quant_scale_bytes(pb);
-  const Buffer scale = pb.per_token() ? output("scale", a.scale, scale_bytes) : input("scale", a.scale, scale_bytes);
-  const std::initializer_list<Buffer> buffers = {
-      input("x", a.x, data, pb.x_row_stride),
-      input("residual", a.residual, data, pb.x_row_stride),
-      input("gamma", a.gamma, params),
-      input("beta", a.beta, params),
-      scale,
-      output("sum", a.sum, data, pb.x_row_stride),
-      output("y", a.y, y_bytes, pb.y_row_stride),
-      output("amax", a.amax, sizeof(float)),
-      output("mean", a.mean, stats),
-      output("rstd", a.rstd, stats)};
-  require_no_overlap(buffers, {{"sum", "x"}, {"sum", "residual"}});
-  require_device_memory(h, buffers);
+  if (pb.quantized() && pb.elements() != 0) require_not_null(a.scale, "scale");
 }
 
-void check_norm_bwd_args(const fnorm_handle *h, const NormProblem &pb, const NormBwdArgs &a) {
+NormProblem NormBwd::describe(const Descs &d, const Args *a) {
+  if (a == nullptr)  // the size query: w_desc given means the launch may ask for dgamma / dbeta
+    return describe_norm_bwd(d.norm, d.x, nullptr, nullptr, d.w, d.w != nullptr ? kNormDgamma : 0);
+  require_not_null(d.dy, "dy_desc");
+  require_not_null(d.dx, "dx_desc");
+  return describe_norm_bwd(d.norm, d.x, d.dy, d.dx, d.w, a->present());
+}
+
+CallBuffers NormBwd::buffers(const NormProblem &pb, const NormBwdArgs &a) {
+  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
+  const size_t grads = rows_bytes(pb, pb.y_row_stride, pb.dtype, "dy_desc");
+  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
+  return {{input("x", a.x, data, pb.x_row_stride), input("dy", a.dy, grads, pb.y_row_stride),
+           input("dsum", a.dsum, grads, pb.y_row_stride), input("mean", a.mean, stats),
+           input("rstd", a.rstd, stats), input("gamma", a.gamma, params),
+           output("dx", a.dx, rows_bytes(pb, pb.dx_row_stride, pb.out_dtype, "dx_desc"), pb.dx_row_stride),
+           output("dgamma", a.dgamma, params), output("dbeta", a.dbeta, params),
+           output("workspace", a.workspace, a.workspace_bytes)},
+          {{"dx", "dy"}, {"dx", "dsum"}}};
+}
+
+void NormBwd::check(const NormProblem &pb, const NormBwdArgs &a) {
   if (pb.elements() != 0) {
     require_not_null(a.x, "x");
     require_not_null(a.dy, "dy");
@@ -214,34 +227,6 @@ void check_norm_bwd_args(const fnorm_handle *h, const NormProblem &pb, const Nor
   } else if (pb.elements() != 0) {
     require_not_null(a.mean, "mean");
   }
-  const size_t data = rows_bytes(pb, pb.x_row_stride, pb.dtype, "x_desc");
-  const size_t grads = rows_bytes(pb, pb.y_row_stride, pb.dtype, "dy_desc");
-  const size_t params = param_bytes(pb), stats = stat_bytes(pb);
-  const std::initializer_list<Buffer> buffers = {
-      input("x", a.x, data, pb.x_row_stride),
-      input("dy", a.dy, grads, pb.y_row_stride),
-      input("dsum", a.dsum, grads, pb.y_row_stride),
-      input("mean", a.mean, stats),
-      input("rstd", a.rstd, stats),
-      input("gamma", a.gamma, params),
-      output("dx", a.dx, rows_bytes(pb, pb.dx_row_stride, pb.out_dtype, "dx_desc"), pb.dx_row_stride),
-      output("dgamma", a.dgamma, params),
-      output("dbeta", a.dbeta, params),
-      output("workspace", a.workspace, a.workspace_bytes)};
-  require_no_overlap(buffers, {{"dx", "dy"}, {"dx", "dsum"}});
-  require_device_memory(h, buffers);
-}
-
-int choose_pack(const NormProblem &v, std::initializer_list<const void *> data,
-                std::initializer_list<int64_t> strides, std::initializer_list<const void *> params,
-                bool param_f32) {
-  const size_t elem = dtype_size(v.dtype);
-  return widest_pack(elem, kMaxPackBytes, [&](int p) {
-    bool ok = v.cols % p == 0;
-    for (int64_t s : strides) ok = ok && (v.rows == 1 || s % p == 0);
-    const size_t param_align = param_f32 ? 4 * static_cast<size_t>(std::min(p, 4)) : p * elem;
-    return ok && all_aligned(data, p * elem) && all_aligned(params, param_align);
-  });
 }
 
 }  // namespace fnorm

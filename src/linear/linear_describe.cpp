@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// Fully-connected layer: describe (descriptors -> LinearProblem), the aux
-// buffers, the epilogues' vectors. Built on core/validate.hpp.
+// Fully-connected layer: describe (descriptors -> LinearProblem), each
+// call's buffers with their extents, the pointer rules (aux buffers,
+// epilogue vectors). Built on core/validate.hpp.
 #include <algorithm>
 
-#include "core/pointer_check.hpp"
 #include "linear/linear.hpp"
 
 #if FNORM_HAVE_CUBLASLT
@@ -116,13 +116,25 @@ LinearAct check_producer(const fnorm_linear_desc *prod) {
   return a;
 }
 
-// Pointer rules, the aux buffer and the overlap rule of a forward call.
-void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const LinearFwdArgs &a) {
+LinearProblem LinearFwd::describe(const Descs &d, const LinearFwdArgs *) {
+  return describe_linear(d.desc, d.x, d.w, d.y, "y_desc", true);
+}
+
+CallBuffers LinearFwd::buffers(const LinearProblem &p, const LinearFwdArgs &a) {
+  const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
+  return {{input("x", a.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
+           input("w", a.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride), input("bias", a.bias, bias_bytes),
+           output("y", a.y, matrix_bytes(p.y, p.dtype, "y_desc"), p.y.row_stride),
+           output("aux", a.aux, aux_bytes_for(act_of(p.epilogue), p.dtype, p.m, p.n, "y_desc")),
+           output("workspace", a.workspace, a.workspace_bytes)}};
+}
+
+void LinearFwd::check(const LinearProblem &p, const LinearFwdArgs &a) {
   if (p.m * p.n != 0) {  // an empty output may come without memory (NULL), and so may x and w then
     require_not_null(a.y, "y");
     if (p.k != 0) {
-      FNORM_REQUIRE(a.x != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'x' is NULL");
-      FNORM_REQUIRE(a.w != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'w' is NULL");
+      require_not_null(a.x, "x");
+      require_not_null(a.w, "w");
     }
   }
   const fnorm_linear_epilogue_t epi = p.epilogue;
@@ -134,81 +146,84 @@ void check_linear_fwd_args(const fnorm_handle *h, const LinearProblem &p, const 
     FNORM_REQUIRE(a.bias == nullptr, FNORM_STATUS_BAD_PARAM,
                   "argument 'bias' must be NULL: epilogue NONE adds no bias");
   }
-  const size_t aux_need = aux_bytes_for(act, p.dtype, p.m, p.n, "y_desc");
   if (act == LinearAct::None) {
     FNORM_REQUIRE(a.aux == nullptr, FNORM_STATUS_BAD_PARAM,
                   "argument 'aux' must be NULL: epilogue %s has no activation to save",
                   linear_epilogue_name(epi));
   } else if (a.aux != nullptr) {
-    require_aux(a.aux, a.aux_bytes, aux_need, "aux", "aux_bytes");
+    require_aux(a.aux, a.aux_bytes, aux_bytes_for(act, p.dtype, p.m, p.n, "y_desc"), "aux", "aux_bytes");
   }
-  const size_t bias_bytes = checked_mul(static_cast<size_t>(p.n), dtype_size(p.dtype), "w_desc");
-  const std::initializer_list<Buffer> buffers = {
-      input("x", a.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
-      input("w", a.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
-      input("bias", a.bias, bias_bytes),
-      output("y", a.y, matrix_bytes(p.y, p.dtype, "y_desc"), p.y.row_stride),
-      output("aux", a.aux, aux_need),
-      output("workspace", a.workspace, a.workspace_bytes)};
-  require_no_overlap(buffers);
-  require_device_memory(h, buffers);
 }
 
-// Pointer rules, aux sizes and the overlap rule of a backward call.
-void check_linear_bwd_args(const fnorm_handle *h, const LinearBwdArgs &c) {
+uint32_t LinearBwdArgs::wanted() const {
+  return (dx ? LinearBwdDesc::kWantDx : 0) | (dw ? LinearBwdDesc::kWantDw : 0) | (db ? LinearBwdDesc::kWantDb : 0) |
+         (x_db ? LinearBwdDesc::kWantXDb : 0);
+}
+
+LinearBwdDesc LinearBwd::describe(const Descs &d, const LinearBwdArgs *a) {
+  LinearBwdDesc c;
+  c.p = describe_linear(d.desc, d.x, d.w, d.dy, "dy_desc", false);
+  c.act = act_of(d.desc->epilogue);
+  c.prod_act = check_producer(d.x_producer);
+  if (a == nullptr) return c;  // a size query
+  c.wanted = a->wanted();
+  if (a->dx != nullptr) {
+    const fnorm_tensor_desc &dxd = require_set(d.dx, "dx_desc");
+    require_same_sizes(dxd, "dx_desc", *d.x, "x_desc", c.p.k);
+    c.dxm = matrix_of(dxd, "dx_desc", true);
+  }
+  return c;
+}
+
+CallBuffers LinearBwd::buffers(const LinearBwdDesc &c, const LinearBwdArgs &a) {
+  const LinearProblem &p = c.p;
+  const size_t es = dtype_size(p.dtype);
+  const size_t n_bytes = checked_mul(static_cast<size_t>(p.n), es, "w_desc"),
+               k_bytes = checked_mul(static_cast<size_t>(p.k), es, "x_desc");
+  return {{input("x", a.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
+           input("w", a.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
+           input("dy", a.dy, matrix_bytes(p.y, p.dtype, "dy_desc"), p.y.row_stride),
+           input("aux", a.aux, aux_bytes_for(c.act, p.dtype, p.m, p.n, "dy_desc")),
+           input("x_aux", a.x_aux, aux_bytes_for(c.prod_act, p.dtype, p.m, p.k, "x_desc")),
+           output("dx", a.dx, a.dx != nullptr ? matrix_bytes(c.dxm, p.dtype, "dx_desc") : 0, c.dxm.row_stride),
+           output("dw", a.dw, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride), output("db", a.db, n_bytes),
+           output("x_db", a.x_db, k_bytes), output("workspace", a.workspace, a.workspace_bytes)}};
+}
+
+void LinearBwd::check(const LinearBwdDesc &c, const LinearBwdArgs &a) {
   const LinearProblem &p = c.p;
   const fnorm_linear_epilogue_t epi = p.epilogue;
   // Tensors with no elements may come without memory (NULL).
   const bool dz_empty = p.m == 0 || p.n == 0;
-  if (c.wanted() && !dz_empty)
-    FNORM_REQUIRE(c.dy != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'dy' is NULL");
-  if (c.dw != nullptr && p.m * p.k != 0)
-    FNORM_REQUIRE(c.x != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'x' is NULL");
-  if (c.dx != nullptr && p.n * p.k != 0)
-    FNORM_REQUIRE(c.w != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER, "argument 'w' is NULL");
-  FNORM_REQUIRE(c.db == nullptr || has_bias(epi), FNORM_STATUS_BAD_PARAM,
+  if (c.wanted != 0 && !dz_empty) require_not_null(a.dy, "dy");
+  if (a.dw != nullptr && p.m * p.k != 0) require_not_null(a.x, "x");
+  if (a.dx != nullptr && p.n * p.k != 0) require_not_null(a.w, "w");
+  FNORM_REQUIRE(a.db == nullptr || has_bias(epi), FNORM_STATUS_BAD_PARAM,
                 "argument 'db' must be NULL: epilogue NONE has no bias");
-  const size_t aux_need = aux_bytes_for(c.act, p.dtype, p.m, p.n, "dy_desc");
   if (c.act != LinearAct::None) {
-    if (c.wanted() && !dz_empty) {
-      FNORM_REQUIRE(c.aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+    if (c.wanted != 0 && !dz_empty) {
+      FNORM_REQUIRE(a.aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
                     "argument 'aux' is NULL; the backward of %s needs the forward's aux",
                     linear_epilogue_name(epi));
-      require_aux(c.aux, c.aux_bytes, aux_need, "aux", "aux_bytes");
+      require_aux(a.aux, a.aux_bytes, aux_bytes_for(c.act, p.dtype, p.m, p.n, "dy_desc"), "aux", "aux_bytes");
     }
   } else {
-    FNORM_REQUIRE(c.aux == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'aux' must be NULL: epilogue %s has no activation",
+    FNORM_REQUIRE(a.aux == nullptr, FNORM_STATUS_BAD_PARAM, "argument 'aux' must be NULL: epilogue %s has no activation",
                   linear_epilogue_name(epi));
   }
-  const size_t x_aux_need = aux_bytes_for(c.prod_act, p.dtype, p.m, p.k, "x_desc");
   if (c.chained()) {
-    FNORM_REQUIRE(c.dx != nullptr || p.m * p.k == 0, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+    FNORM_REQUIRE(a.dx != nullptr || p.m * p.k == 0, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
                   "argument 'dx' is NULL; with x_producer the call exists to compute dx");
     if (p.m * p.k != 0) {
-      FNORM_REQUIRE(c.x_aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
+      FNORM_REQUIRE(a.x_aux != nullptr, FNORM_STATUS_BAD_PARAM_NULL_POINTER,
                     "argument 'x_aux' is NULL; x_producer's activation needs its aux");
-      require_aux(c.x_aux, c.x_aux_bytes, x_aux_need, "x_aux", "x_aux_bytes");
+      require_aux(a.x_aux, a.x_aux_bytes, aux_bytes_for(c.prod_act, p.dtype, p.m, p.k, "x_desc"), "x_aux",
+                  "x_aux_bytes");
     }
   } else {
-    FNORM_REQUIRE(c.x_aux == nullptr && c.x_aux_bytes == 0 && c.x_db == nullptr, FNORM_STATUS_BAD_PARAM,
+    FNORM_REQUIRE(a.x_aux == nullptr && a.x_aux_bytes == 0 && a.x_db == nullptr, FNORM_STATUS_BAD_PARAM,
                   "arguments 'x_aux', 'x_aux_bytes' and 'x_db' must be NULL / 0 without x_producer");
   }
-  const size_t es = dtype_size(p.dtype);
-  const size_t n_bytes = checked_mul(static_cast<size_t>(p.n), es, "w_desc"),
-               k_bytes = checked_mul(static_cast<size_t>(p.k), es, "x_desc");
-  const std::initializer_list<Buffer> buffers = {
-      input("x", c.x, matrix_bytes(p.x, p.dtype, "x_desc"), p.x.row_stride),
-      input("w", c.w, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
-      input("dy", c.dy, matrix_bytes(p.y, p.dtype, "dy_desc"), p.y.row_stride),
-      input("aux", c.aux, aux_need),
-      input("x_aux", c.x_aux, x_aux_need),
-      output("dx", c.dx, c.dx != nullptr ? matrix_bytes(c.dxm, p.dtype, "dx_desc") : 0, c.dxm.row_stride),
-      output("dw", c.dw, matrix_bytes(p.w, p.dtype, "w_desc"), p.w.row_stride),
-      output("db", c.db, n_bytes),
-      output("x_db", c.x_db, k_bytes),
-      output("workspace", c.workspace, c.workspace_bytes)};
-  require_no_overlap(buffers);
-  require_device_memory(h, buffers);
 }
 
 }  // namespace fnorm
