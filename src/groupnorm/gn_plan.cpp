@@ -173,11 +173,6 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
   return plan;
 }
 
-struct GnPlanKey {
-  GnProblem problem;
-  int64_t pack;
-};
-
 }  // namespace
 
 int gn_pack(const GnProblem &pb, std::initializer_list<const void *> data) {
@@ -199,25 +194,43 @@ size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb) {
   return most;
 }
 
-const GnPlan &gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
-  GnPlanKey key{};
-  key.problem = pb;
-  key.pack = pack;
-  return PlanCache<GnPlanKey, GnPlan>::get(h->id, key, [&] {
-    const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
-    const GnInstance *inst = gn_instance(static_cast<fnorm_dtype_t>(pb.dtype), pack, pb.channels_last != 0, bwd);
-    FNORM_REQUIRE(inst != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
-                  "dtype %s was left out of this build (meson option 'dtypes')",
-                  dtype_name(static_cast<fnorm_dtype_t>(pb.dtype)));
-    GnPlan plan = plan_of(pb, pack, resident_blocks(h->info));
-    plan.instance = inst;
-    int per_sm = 0;
-    check_cuda(cached_occupancy(&h->occupancy, inst->func, kGnThreads, plan.shape.smem, &per_sm), "GroupNorm occupancy");
-    FNORM_REQUIRE(per_sm >= kGnBlocksPerSm, FNORM_STATUS_INTERNAL_ERROR,
-                  "the GroupNorm kernel fits %d blocks per SM; its persistent grid needs %d", per_sm,
-                  kGnBlocksPerSm);
-    return plan;
-  });
+GnPlan gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
+  const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
+  const GnInstance *inst = gn_instance(static_cast<fnorm_dtype_t>(pb.dtype), pack, pb.channels_last != 0, bwd);
+  FNORM_REQUIRE(inst != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                "dtype %s was left out of this build (meson option 'dtypes')",
+                dtype_name(static_cast<fnorm_dtype_t>(pb.dtype)));
+  GnPlan plan = plan_of(pb, pack, resident_blocks(h->info));
+  plan.instance = inst;
+  plan.sizes.workspace = plan.ws.total;
+  int per_sm = 0;
+  check_cuda(cached_occupancy(&h->occupancy, inst->func, kGnThreads, plan.shape.smem, &per_sm), "GroupNorm occupancy");
+  FNORM_REQUIRE(per_sm >= kGnBlocksPerSm, FNORM_STATUS_INTERNAL_ERROR,
+                "the GroupNorm kernel fits %d blocks per SM; its persistent grid needs %d", per_sm,
+                kGnBlocksPerSm);
+  return plan;
+}
+
+GnPtrs GnFwd::pointer_class(fnorm_handle *, const GnProblem &pb, const GnFwdArgs &a) {
+  return GnPtrs{gn_pack(pb, {a.x, a.y})};
+}
+GnPlan GnFwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
+  return gn_plan(h, pb, static_cast<int>(ptrs.pack));
+}
+// The workspace is known without the device: a short one is refused before
+// the plan asks the device for the kernel's occupancy.
+Sizes GnFwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info)).ws.total, 0};
+}
+
+GnPtrs GnBwd::pointer_class(fnorm_handle *, const GnProblem &pb, const GnBwdArgs &a) {
+  return GnPtrs{gn_pack(pb, {a.x, a.dy, a.dx})};
+}
+GnPlan GnBwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
+  return gn_plan(h, pb, static_cast<int>(ptrs.pack));
+}
+Sizes GnBwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info)).ws.total, 0};
 }
 
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// GroupNorm (+ SiLU, + per-sample scale / shift), on the op contract of
-// core/op.hpp:
-//   describe  gn_validate.cpp: descriptors -> GnProblem (pointer-free; the
-//             plan cache's key with the pack the pointers allow)
+// GroupNorm (+ SiLU, + per-sample scale / shift): the ops GnFwd and GnBwd
+// on the op contract of core/op.hpp, run by its driver (gn_api.cpp):
+//   describe  gn_describe.cpp: descriptors -> GnProblem (pointer-free; the
+//             plan cache's key with GnPtrs, the pack the pointers allow),
+//             the call's buffers and pointer rules
 //   plan      gn_plan.cpp: GnProblem + pack + device -> GnPlan (tile
 //             geometry, grid, workspace layout); the size queries answer
 //             from it
-//   launch    gn_api.cpp + gn_kernels.cuh: GnFwdArgs / GnBwdArgs executed
-//             as the plan says.
+//   launch    gn_launch.cpp + gn_kernels.cuh: the counters' reset and the
+//             planned kernel with the call's pointers.
 //
 // One kernel family (gn_kernels.cuh) serves both passes and both layouts:
 // a persistent grid of co-resident blocks takes tiles round-robin, in
@@ -29,6 +30,7 @@
 #include "core/error.hpp"
 #include "core/handle.hpp"
 #include "core/launch.hpp"
+#include "core/op.hpp"
 #include "core/tensor.hpp"
 #include "fusednorm.h"
 
@@ -97,10 +99,16 @@ struct GnWorkspace {
 
 struct GnInstance;
 struct GnPlan {
-  const GnInstance *instance = nullptr;  // the kernel (null in size queries)
+  const GnInstance *instance = nullptr;  // the kernel
   GnGeometry geo;
   GnWorkspace ws;
   LaunchShape shape;
+  Sizes sizes;  // ws.total
+};
+
+// The pointer class: the pack the data pointers' alignment allows.
+struct GnPtrs {
+  int64_t pack = 1;
 };
 
 // What the kernels read (host-built, passed by value).
@@ -143,9 +151,6 @@ cudaError_t gn_zero_strided(void *p, fnorm_dtype_t dtype, int64_t n, int64_t c, 
 // ---- describe and check (gn_validate.cpp) ----
 GnProblem describe_gn(GnPass pass, const fnorm_groupnorm_desc *gn, const fnorm_tensor_desc *x_desc,
                       const fnorm_tensor_desc *w_desc, const fnorm_tensor_desc *ss_desc);
-// A tensor of the call with x's sizes, dtype and layout (y, dy, dx).
-void gn_require_like_x(const GnProblem &pb, const fnorm_tensor_desc *d, const fnorm_tensor_desc *x_desc,
-                       const char *arg);
 
 struct GnFwdArgs {
   const void *x, *gamma, *beta, *scale, *shift;
@@ -162,24 +167,56 @@ struct GnBwdArgs {
   void *workspace;
   size_t workspace_bytes;
 };
-// Every pointer rule of the call (required, alignment, the overlap rule,
-// checked mode) but the workspace's size, which the plan gives.
-void check_gn_fwd_args(fnorm_handle *h, const GnProblem &pb, const GnFwdArgs &a);
-void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a);
-struct GnPlan;
-// The workspace the plan needs (size query `query`), and in checked mode
-// that it is device memory.
-void check_gn_workspace(fnorm_handle *h, const GnPlan &plan, void *workspace, size_t bytes, const char *query);
-
 // ---- plan (gn_plan.cpp) ----
 // The widest pack the layout and the pointers allow.
 int gn_pack(const GnProblem &pb, std::initializer_list<const void *> data);
-// The plan of (problem, pack) on the handle's device, cached per thread.
-const GnPlan &gn_plan(fnorm_handle *h, const GnProblem &pb, int pack);
+// The plan of (problem, pack) on the handle's device (pure: the driver
+// caches it).
+GnPlan gn_plan(fnorm_handle *h, const GnProblem &pb, int pack);
 // The workspace the size query answers: the largest over the packs a call
 // may end up with (so that any pointers do with it).
 size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb);
 // The plan's kernel parameters for these buffers (pointers set by the caller).
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace);
+
+// ---- the ops (gn_describe.cpp, gn_plan.cpp, gn_launch.cpp) ----
+struct GnFwd {
+  struct Descs {
+    const fnorm_groupnorm_desc *gn;
+    const fnorm_tensor_desc *x, *w, *ss, *y;  // y null in the size query
+  };
+  using Desc = GnProblem;
+  using Args = GnFwdArgs;
+  using Ptrs = GnPtrs;
+  using Plan = GnPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_groupnorm_fwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 16;
+  FNORM_OP_STEPS
+  static Empty empty(const Desc &pb, const Args &) { return pb.elements() == 0 ? Empty::Done : Empty::No; }
+  static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
+  static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *h, const Desc &pb) { return gn_workspace_bytes(h, pb); }
+};
+
+struct GnBwd {
+  struct Descs {
+    const fnorm_groupnorm_desc *gn;
+    const fnorm_tensor_desc *x, *dy, *w, *ss, *dx;  // dy, dx null in the size query
+  };
+  using Desc = GnProblem;
+  using Args = GnBwdArgs;
+  using Ptrs = GnPtrs;
+  using Plan = GnPlan;
+  static constexpr const char *kWorkspaceQuery = "fnorm_groupnorm_bwd_workspace_size";
+  static constexpr size_t kWorkspaceAlign = 16;
+  FNORM_OP_STEPS
+  // The backward over no values: the gradients that are sums are zeros.
+  static Empty empty(const Desc &pb, const Args &a);
+  static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
+  static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
+  static size_t workspace_size(fnorm_handle *h, const Desc &pb) { return gn_workspace_bytes(h, pb); }
+};
 
 }  // namespace fnorm

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// GroupNorm: describe (descriptors -> GnProblem, the layout) and the checks
-// of a call's pointers. Built on core/validate.hpp; every refusal happens
-// here, before any device work.
+// GroupNorm's describe step (descriptors -> GnProblem, the layout), the
+// call's buffers (the driver's overlap rule and checked mode run over them)
+// and its pointer rules. Built on core/validate.hpp.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -166,8 +166,11 @@ GnProblem describe_gn(GnPass pass, const fnorm_groupnorm_desc *gn, const fnorm_t
   return pb;
 }
 
-void gn_require_like_x(const GnProblem &pb, const fnorm_tensor_desc *d, const fnorm_tensor_desc *x_desc,
-                       const char *arg) {
+namespace {
+
+// A tensor of the call with x's sizes, dtype and layout (y, dy, dx).
+void require_like_x(const GnProblem &pb, const fnorm_tensor_desc *d, const fnorm_tensor_desc *x_desc,
+                    const char *arg) {
   const fnorm_tensor_desc &t = require_set(d, arg);
   require_same_sizes(t, arg, *x_desc, "x_desc");
   if (pb.elements() == 0) return;
@@ -177,19 +180,39 @@ void gn_require_like_x(const GnProblem &pb, const fnorm_tensor_desc *d, const fn
                 pb.channels_last ? "channels-last" : "channels-first");
 }
 
-void check_gn_fwd_args(fnorm_handle *h, const GnProblem &pb, const GnFwdArgs &a) {
+size_t elem(int64_t present, int64_t dtype) {
+  return present ? dtype_size(static_cast<fnorm_dtype_t>(dtype)) : 1;
+}
+
+}  // namespace
+
+GnProblem GnFwd::describe(const Descs &d, const Args *a) {
+  GnProblem pb = describe_gn(GnPass::Fwd, d.gn, d.x, d.w, d.ss);
+  if (a != nullptr) require_like_x(pb, d.y, d.x, "y_desc");
+  return pb;
+}
+
+CallBuffers GnFwd::buffers(const GnProblem &pb, const GnFwdArgs &a) {
+  const bool empty = pb.elements() == 0;
+  const size_t xb = empty ? 0 : data_bytes(pb), sb = empty ? 0 : stats_bytes(pb);
+  const size_t vb = vec_bytes(pb), qb = ss_bytes(pb);
+  return {{input("x", a.x, xb), output("y", a.y, xb), input("gamma", a.gamma, vb), input("beta", a.beta, vb),
+           input("scale", a.scale, qb), input("shift", a.shift, qb), output("mean", a.mean, sb),
+           output("rstd", a.rstd, sb), output("workspace", a.workspace, empty ? 0 : a.workspace_bytes)},
+          {{"y", "x"}}};
+}
+
+void GnFwd::check(const GnProblem &pb, const GnFwdArgs &a) {
   require_desc_for(pb.w_present, a.gamma, "gamma", "w_desc");
   require_desc_for(pb.w_present, a.beta, "beta", "w_desc");
   require_desc_for(pb.ss_present, a.scale, "scale", "ss_desc");
   require_desc_for(pb.ss_present, a.shift, "shift", "ss_desc");
-  const bool empty = pb.elements() == 0;
-  if (!empty) {
+  if (pb.elements() != 0) {
     require_given(a.x, "x");
     require_given(a.y, "y");
   }
   const size_t es = dtype_size(static_cast<fnorm_dtype_t>(pb.dtype));
-  const size_t ws = pb.w_present ? dtype_size(static_cast<fnorm_dtype_t>(pb.w_dtype)) : 1;
-  const size_t ss = pb.ss_present ? dtype_size(static_cast<fnorm_dtype_t>(pb.ss_dtype)) : 1;
+  const size_t ws = elem(pb.w_present, pb.w_dtype), ss = elem(pb.ss_present, pb.ss_dtype);
   require_aligned(a.x, es, "x");
   require_aligned(a.y, es, "y");
   require_aligned(a.gamma, ws, "gamma");
@@ -198,20 +221,30 @@ void check_gn_fwd_args(fnorm_handle *h, const GnProblem &pb, const GnFwdArgs &a)
   require_aligned(a.shift, ss, "shift");
   require_aligned(a.mean, 4, "mean");
   require_aligned(a.rstd, 4, "rstd");
-  const size_t xb = empty ? 0 : data_bytes(pb), sb = empty ? 0 : stats_bytes(pb);
-  const size_t vb = vec_bytes(pb), qb = ss_bytes(pb);
-  require_no_overlap({input("x", a.x, xb), output("y", a.y, xb), input("gamma", a.gamma, vb),
-                      input("beta", a.beta, vb), input("scale", a.scale, qb), input("shift", a.shift, qb),
-                      output("mean", a.mean, sb), output("rstd", a.rstd, sb),
-                      output("workspace", a.workspace, empty ? 0 : a.workspace_bytes)},
-                     {{"y", "x"}});
-  if (empty) return;
-  require_device_memory(h, {input("x", a.x, xb), output("y", a.y, xb), input("gamma", a.gamma, vb),
-                            input("beta", a.beta, vb), input("scale", a.scale, qb), input("shift", a.shift, qb),
-                            output("mean", a.mean, sb), output("rstd", a.rstd, sb)});
 }
 
-void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a) {
+GnProblem GnBwd::describe(const Descs &d, const Args *a) {
+  GnProblem pb = describe_gn(GnPass::Bwd, d.gn, d.x, d.w, d.ss);
+  if (a != nullptr) {
+    require_like_x(pb, d.dy, d.x, "dy_desc");
+    require_like_x(pb, d.dx, d.x, "dx_desc");
+  }
+  return pb;
+}
+
+CallBuffers GnBwd::buffers(const GnProblem &pb, const GnBwdArgs &a) {
+  const bool empty = pb.elements() == 0;
+  const size_t xb = empty ? 0 : data_bytes(pb), sb = empty ? 0 : stats_bytes(pb);
+  const size_t vb = vec_bytes(pb), qb = ss_bytes(pb);
+  return {{input("x", a.x, xb), input("dy", a.dy, xb), input("mean", a.mean, sb), input("rstd", a.rstd, sb),
+           input("gamma", a.gamma, vb), input("beta", a.beta, vb), input("scale", a.scale, qb),
+           input("shift", a.shift, qb), output("dx", a.dx, xb), output("dgamma", a.dgamma, vb),
+           output("dbeta", a.dbeta, vb), output("dscale", a.dscale, qb), output("dshift", a.dshift, qb),
+           output("workspace", a.workspace, empty ? 0 : a.workspace_bytes)},
+          {{"dx", "dy"}, {"dx", "x"}}};
+}
+
+void GnBwd::check(const GnProblem &pb, const GnBwdArgs &a) {
   require_desc_for(pb.w_present, a.gamma, "gamma", "w_desc");
   require_desc_for(pb.w_present, a.beta, "beta", "w_desc");
   require_desc_for(pb.w_present, a.dgamma, "dgamma", "w_desc");
@@ -220,8 +253,7 @@ void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a)
   require_desc_for(pb.ss_present, a.shift, "shift", "ss_desc");
   require_desc_for(pb.ss_present, a.dscale, "dscale", "ss_desc");
   require_desc_for(pb.ss_present, a.dshift, "dshift", "ss_desc");
-  const bool empty = pb.elements() == 0;
-  if (!empty) {
+  if (pb.elements() != 0) {
     require_given(a.x, "x");
     require_given(a.dy, "dy");
     require_given(a.mean, "mean");
@@ -231,8 +263,7 @@ void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a)
   if (a.dscale != nullptr) require_ss_output_disjoint(pb, "dscale");
   if (a.dshift != nullptr) require_ss_output_disjoint(pb, "dshift");
   const size_t es = dtype_size(static_cast<fnorm_dtype_t>(pb.dtype));
-  const size_t ws = pb.w_present ? dtype_size(static_cast<fnorm_dtype_t>(pb.w_dtype)) : 1;
-  const size_t ss = pb.ss_present ? dtype_size(static_cast<fnorm_dtype_t>(pb.ss_dtype)) : 1;
+  const size_t ws = elem(pb.w_present, pb.w_dtype), ss = elem(pb.ss_present, pb.ss_dtype);
   require_aligned(a.x, es, "x");
   require_aligned(a.dy, es, "dy");
   require_aligned(a.dx, es, "dx");
@@ -246,30 +277,6 @@ void check_gn_bwd_args(fnorm_handle *h, const GnProblem &pb, const GnBwdArgs &a)
   require_aligned(a.shift, ss, "shift");
   require_aligned(a.dscale, ss, "dscale");
   require_aligned(a.dshift, ss, "dshift");
-  const size_t xb = empty ? 0 : data_bytes(pb), sb = empty ? 0 : stats_bytes(pb);
-  const size_t vb = vec_bytes(pb), qb = ss_bytes(pb);
-  const size_t wsb = empty ? 0 : a.workspace_bytes;
-  require_no_overlap({input("x", a.x, xb), input("dy", a.dy, xb), input("mean", a.mean, sb),
-                      input("rstd", a.rstd, sb), input("gamma", a.gamma, vb), input("beta", a.beta, vb),
-                      input("scale", a.scale, qb), input("shift", a.shift, qb), output("dx", a.dx, xb),
-                      output("dgamma", a.dgamma, vb), output("dbeta", a.dbeta, vb), output("dscale", a.dscale, qb),
-                      output("dshift", a.dshift, qb), output("workspace", a.workspace, wsb)},
-                     {{"dx", "dy"}, {"dx", "x"}});
-  if (empty) return;
-  require_device_memory(h, {input("x", a.x, xb), input("dy", a.dy, xb), input("mean", a.mean, sb),
-                            input("rstd", a.rstd, sb), input("gamma", a.gamma, vb), input("beta", a.beta, vb),
-                            input("scale", a.scale, qb), input("shift", a.shift, qb), output("dx", a.dx, xb),
-                            output("dgamma", a.dgamma, vb), output("dbeta", a.dbeta, vb),
-                            output("dscale", a.dscale, qb), output("dshift", a.dshift, qb)});
-}
-
-}  // namespace fnorm
-
-namespace fnorm {
-
-void check_gn_workspace(fnorm_handle *h, const GnPlan &plan, void *workspace, size_t bytes, const char *query) {
-  require_workspace(workspace, bytes, plan.ws.total, query, 16);
-  require_device_memory(h, {output("workspace", workspace, plan.ws.total)});
 }
 
 }  // namespace fnorm
