@@ -246,49 +246,38 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
   constexpr int KMAX = Tile::KMAX, NS = Tile::NS;
   __shared__ float sa[kGnThreads * NS], sb[kGnThreads * NS];
   __shared__ float la[kGnThreads * P], lb[kGnThreads * P];
-  __shared__ float2 gacc[kGnThreads], ures[kGnThreads];
+  __shared__ float2 gacc[kGnThreads], ures[2][kGnThreads];
   extern __shared__ __align__(16) unsigned char gn_smem[];
-  __shared__ int s_owner;
+  __shared__ int s_owner[2], s_last;
 
   const GnGeometry &g = p.geo;
-  Tile tile(p);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t total = g.units * g.tiles;
   const int64_t subs = g.nrb * g.nsc;
   unsigned *arrive = p.counters + 1, *ready = p.counters + 1 + g.units;
   const double m = static_cast<double>(p.cg) * static_cast<double>(p.s);
-
-  // Tiles are dealt round-robin (tile j to block j % grid, in order): a
-  // unit's tiles, at most one per block, span at most two rounds, and the
-  // blocks holding its second round's tiles wait only on earlier units, so
-  // every unit completes. Knowing its next tile, a block copies it into its
-  // second buffer (cp.async) while it waits on the current unit and
-  // stores its results: the loads overlap the wait and the stores.
   const int64_t grid = gridDim.x;
   Raw *buf[2] = {reinterpret_cast<Raw *>(gn_smem), reinterpret_cast<Raw *>(gn_smem) + (BWD ? 2 : 1) * KMAX * kGnThreads};
-  auto prefetch = [&](int64_t jt, Raw *into) {
-    Tile nt = tile;
-    nt.set_unit(jt / g.tiles);
-    const int64_t sub = (jt % g.tiles) * g.reps;
-    const int64_t c0 = nt.chan0(sub / g.nsc);
-    const typename Tile::Packs pk = nt.packs(c0, sub % g.nsc);
-    nt.load(p.x, into, c0, pk);
-    if constexpr (BWD) nt.load(p.dy, into + KMAX * kGnThreads, c0, pk);
-    cp_async_commit();
-  };
-  if (blockIdx.x < total) prefetch(blockIdx.x, buf[0]);
-  int cur = 0;
-  for (int64_t jt = blockIdx.x; jt < total; jt += grid, cur ^= 1) {
-    __syncthreads();  // the last tile's shared memory is free
-    const int64_t t = jt % g.tiles;
-    tile.set_unit(jt / g.tiles);
-    const int64_t n = tile.n, u = tile.u;
-    if (tid < g.gb) gacc[tid] = make_float2(0.f, 0.f);
 
-    // The tile stays in shared memory from phase 1 to phase 2 (the
-    // registers then hold no data across the unit's wait).
-    Raw *xr = buf[cur];
+  // Step A of tile jt (into buffer `slot`): load it, its sums, publish
+  // them; the last tile of its unit to arrive combines the unit's partials
+  // in tile order, writes the unit's results and releases the others.
+  auto step_a = [&](int64_t jt, int slot) {
+    Tile tile(p);
+    tile.set_unit(jt / g.tiles);
+    const int64_t t = jt % g.tiles, n = tile.n, u = tile.u;
+    Raw *xr = buf[slot];
     Raw *dr = xr + KMAX * kGnThreads;
+    {
+      const int64_t sub = t * g.reps;
+      const int64_t c0 = tile.chan0(sub / g.nsc);
+      const typename Tile::Packs pk = tile.packs(c0, sub % g.nsc);
+      tile.load(p.x, xr, c0, pk);
+      if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+      cp_async_commit();
+    }
+    __syncthreads();  // gacc's last readers are done
+    if (tid < g.gb) gacc[tid] = make_float2(0.f, 0.f);
     // ---- phase 1: load, sums per slot, per line, per group ----
     for (int rep = 0; rep < g.reps; ++rep) {
       const int64_t sub = t * g.reps + rep;
@@ -296,13 +285,13 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
       const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
       const int64_t c0 = tile.chan0(rb);
       const typename Tile::Packs pk = tile.packs(c0, sc);
-      if (rep > 0) {  // rep 0 was prefetched
+      if (rep > 0) {  // rep 0 was loaded above
         tile.load(p.x, xr, c0, pk);
         if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
         cp_async_commit();
       }
       float a[NS], b[NS];
-      float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, -mean * rstd, gamma', beta'
+      float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, mean, gamma', beta'
 #pragma unroll
       for (int e = 0; e < NS; ++e) {
         a[e] = b[e] = 0.f;
@@ -311,7 +300,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
         if constexpr (BWD) {
           const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
           co0[e] = p.rstd_in[gi];
-          co1[e] = -p.mean_in[gi] * co0[e];
+          co1[e] = p.mean_in[gi];
           if (p.silu) {
             const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
             co2[e] = ch.gp;
@@ -333,7 +322,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
             const int e = CL ? i : 0;
             const float xv = Convert<T>::to_float(xk.v[i]);
             if constexpr (BWD) {
-              const float xh = xv * co0[e] + co1[e];
+              const float xh = (xv - co1[e]) * co0[e];
               float du = Convert<T>::to_float(dk.v[i]);
               if (p.silu) {
                 const float v = xh * co2[e] + co3[e];
@@ -372,18 +361,15 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
       }
     }
     __syncthreads();
-    // ---- the unit's combine: the last tile to arrive adds all in tile order ----
     if (tid < g.gb) p.group_part[(u * g.tiles + t) * g.gb + tid] = gacc[tid];
     __syncthreads();
     if (tid == 0) {
       __threadfence();
-      s_owner = atomicAdd(arrive + u, 1u) == g.tiles - 1;
+      s_owner[slot] = atomicAdd(arrive + u, 1u) == g.tiles - 1;
     }
     __syncthreads();
-    const bool owner = s_owner;
-    if (jt + grid < total) prefetch(jt + grid, buf[cur ^ 1]);
-    if (owner) {
-      __threadfence();
+    if (!s_owner[slot]) return;
+    __threadfence();
       for (int q = warp; q < g.gb; q += kGnThreads / 32) {
         double s1 = 0.0, s2 = 0.0;
         for (int64_t tt = lane; tt < g.tiles; tt += 32) {
@@ -409,96 +395,20 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
             if (p.mean) p.mean[gi] = mean;
             if (p.rstd) p.rstd[gi] = rstd;
           }
-          ures[q] = res;
+          ures[slot][q] = res;
           p.unit_res[u * g.gb + q] = res;
         }
       }
-      __syncthreads();
-      if (tid == 0) {
-        __threadfence();
-        atomicExch(ready + u, 1u);
-      }
-    } else {
-      if (tid == 0) {
-        while (*reinterpret_cast<volatile unsigned *>(ready + u) == 0u) __nanosleep(64);
-        __threadfence();
-      }
-      __syncthreads();
-      if (tid < g.gb) ures[tid] = __ldcg(p.unit_res + u * g.gb + tid);
-    }
     __syncthreads();
-    // ---- phase 2: normalize what the registers hold (re-read when reps > 1) ----
-    for (int rep = 0; rep < g.reps; ++rep) {
-      const int64_t sub = t * g.reps + rep;
-      if (sub >= subs) break;
-      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
-      const int64_t c0 = tile.chan0(rb);
-      if (c0 < 0) continue;
-      const typename Tile::Packs pk = tile.packs(c0, sc);
-      if (g.reps > 1) {
-        tile.load(p.x, xr, c0, pk);
-        if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
-        cp_async_commit();
-        cp_async_wait<0>();
-      }
-      // fwd: y = x * ca + cb; bwd: x_hat = x * ca + cb, dx = c1 du + c2 + c3 x_hat.
-      float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
-#pragma unroll
-      for (int e = 0; e < NS; ++e) {
-        const int q = tile.group_of(c0, e);
-        const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-        const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
-        if constexpr (BWD) {
-          const float rs = p.rstd_in[gi];
-          ca[e] = rs;
-          cb[e] = -p.mean_in[gi] * rs;
-          gp[e] = ch.gp;
-          bp[e] = ch.bp;
-          c1[e] = rs * ch.gp;
-          c2[e] = -rs * ures[q].x;
-          c3[e] = -rs * ures[q].y;
-        } else {
-          const float mean = ures[q].x, rs = ures[q].y;
-          ca[e] = rs * ch.gp;
-          cb[e] = ch.bp - mean * rs * ch.gp;
-        }
-      }
-      T *out = static_cast<T *>(p.y);
-#pragma unroll
-      for (int k = 0; k < KMAX; ++k) {
-        if (k >= g.k) continue;
-        if (!pk.valid(k)) continue;
-        const int64_t o = pk.at(k);
-        const Raw xk = xr[k * kGnThreads + tid];
-        const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
-        float res[P];
-#pragma unroll
-        for (int i = 0; i < P; ++i) {
-          const int e = CL ? i : 0;
-          const float xv = Convert<T>::to_float(xk.v[i]);
-          if constexpr (BWD) {
-            const float xh = xv * ca[e] + cb[e];
-            float du = Convert<T>::to_float(dk.v[i]);
-            if (p.silu) {
-              const float v = xh * gp[e] + bp[e];
-              const float sg = gn_sigmoid<T>(v);
-              du = du * sg * (1.f + v * (1.f - sg));
-            }
-            res[i] = c1[e] * du + c2[e] + c3[e] * xh;
-          } else {
-            float v = xv * ca[e] + cb[e];
-            if (p.silu) v = v * gn_sigmoid<T>(v);
-            res[i] = v;
-          }
-        }
-        store_pack<T, P>(out + o, res);
-      }
+    if (tid == 0) {
+      __threadfence();
+      atomicExch(ready + u, 1u);
     }
     if constexpr (BWD) {
       // ---- the owner: per-channel sums of the unit (dscale, dshift, and
       // the (n, c) terms of dgamma / dbeta); the last unit adds those ----
       const bool channel_grads = p.line_part != nullptr && (p.dscale || p.dshift || p.dgamma || p.dbeta);
-      if (owner && channel_grads) {
+      if (channel_grads) {
         for (int64_t cu = tid; cu < tile.W; cu += kGnThreads) {
           const int64_t rb = cu / g.lines, slot = cu % g.lines;
           float A = 0.f, B = 0.f;
@@ -518,10 +428,10 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
           __syncthreads();
           if (tid == 0) {
             __threadfence();
-            s_owner = atomicAdd(p.counters, 1u) == g.units - 1;
+            s_last = atomicAdd(p.counters, 1u) == g.units - 1;
           }
           __syncthreads();
-          if (s_owner) {
+          if (s_last) {
             __threadfence();
             for (int64_t c = tid; c < p.c; c += kGnThreads) {
               float A = 0.f, B = 0.f;
@@ -537,6 +447,105 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
         }
       }
     }
+  };
+
+  // Step B of tile jt: wait for its unit's results, normalize, store.
+  auto step_b = [&](int64_t jt, int slot) {
+    Tile tile(p);
+    tile.set_unit(jt / g.tiles);
+    const int64_t t = jt % g.tiles, n = tile.n, u = tile.u;
+    Raw *xr = buf[slot];
+    Raw *dr = xr + KMAX * kGnThreads;
+    if (!s_owner[slot]) {
+      if (tid == 0) {
+        while (*reinterpret_cast<volatile unsigned *>(ready + u) == 0u) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+      if (tid < g.gb) ures[slot][tid] = __ldcg(p.unit_res + u * g.gb + tid);
+    }
+    __syncthreads();
+    // ---- phase 2: normalize what shared memory holds (re-read when reps > 1) ----
+    for (int rep = 0; rep < g.reps; ++rep) {
+      const int64_t sub = t * g.reps + rep;
+      if (sub >= subs) break;
+      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
+      const int64_t c0 = tile.chan0(rb);
+      if (c0 < 0) continue;
+      const typename Tile::Packs pk = tile.packs(c0, sc);
+      if (g.reps > 1) {
+        tile.load(p.x, xr, c0, pk);
+        if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+        cp_async_commit();
+        cp_async_wait<0>();
+      }
+      // fwd: y = x * ca + cb; bwd: x_hat = (x - cb) * ca (exact near the mean), dx = c1 du + c2 + c3 x_hat.
+      float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
+#pragma unroll
+      for (int e = 0; e < NS; ++e) {
+        const int q = tile.group_of(c0, e);
+        const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
+        const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+        if constexpr (BWD) {
+          const float rs = p.rstd_in[gi];
+          ca[e] = rs;
+          cb[e] = p.mean_in[gi];
+          gp[e] = ch.gp;
+          bp[e] = ch.bp;
+          c1[e] = rs * ch.gp;
+          c2[e] = -rs * ures[slot][q].x;
+          c3[e] = -rs * ures[slot][q].y;
+        } else {
+          const float mean = ures[slot][q].x, rs = ures[slot][q].y;
+          ca[e] = rs * ch.gp;
+          cb[e] = ch.bp - mean * rs * ch.gp;
+        }
+      }
+      T *out = static_cast<T *>(p.y);
+#pragma unroll
+      for (int k = 0; k < KMAX; ++k) {
+        if (k >= g.k) continue;
+        if (!pk.valid(k)) continue;
+        const int64_t o = pk.at(k);
+        const Raw xk = xr[k * kGnThreads + tid];
+        const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
+        float res[P];
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+          const int e = CL ? i : 0;
+          const float xv = Convert<T>::to_float(xk.v[i]);
+          if constexpr (BWD) {
+            const float xh = (xv - cb[e]) * ca[e];
+            float du = Convert<T>::to_float(dk.v[i]);
+            if (p.silu) {
+              const float v = xh * gp[e] + bp[e];
+              const float sg = gn_sigmoid<T>(v);
+              du = du * sg * (1.f + v * (1.f - sg));
+            }
+            res[i] = c1[e] * du + c2[e] + c3[e] * xh;
+          } else {
+            float v = xv * ca[e] + cb[e];
+            if (p.silu) v = v * gn_sigmoid<T>(v);
+            res[i] = v;
+          }
+        }
+        store_pack<T, P>(out + o, res);
+      }
+    }
+  };
+
+  // Tiles are dealt round-robin (tile j to block j % grid, in order), and a
+  // block publishes tile j + grid's sums (step A) before it waits on tile
+  // j's unit (step B): the wait overlaps the next tile's loads and sums.
+  // Deadlock-free with co-resident blocks and at most grid tiles per unit:
+  // a unit's tiles lie in two consecutive rounds k, k + 1, and a block
+  // publishes its round k + 1 tile having waited only on units of rounds
+  // < k; by induction over rounds every unit completes.
+  int cur = 0;
+  if (blockIdx.x < total) step_a(blockIdx.x, 0);
+  for (int64_t jt = blockIdx.x; jt < total; jt += grid, cur ^= 1) {
+    if (jt + grid < total) step_a(jt + grid, cur ^ 1);
+    step_b(jt, cur);
   }
 }
 
