@@ -5,7 +5,8 @@
 // process. Bytes counted (bench/README.md's GroupNorm rows): forward read x
 // + write y; backward read x, dy + write dx. bf16, 32 groups, gamma/beta
 // bf16; epilogues: none, silu, silu + scale/shift (strided temb halves).
-// Usage: gn_time [reps]   (prints one line per shape, layout, pass, epilogue)
+// Usage: gn_time [reps [shape index [layout 0|1 [epilogue 0|1|2]]]]
+// (prints one line per shape, layout, pass, epilogue; -1 or absent: all)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -84,6 +85,8 @@ double time_graph(cudaStream_t st, int sets, int replays, F call) {
 
 int main(int argc, char **argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 20;
+  const int only_shape = argc > 2 ? std::atoi(argv[2]) : -1, only_cl = argc > 3 ? std::atoi(argv[3]) : -1;
+  const int only_ep = argc > 4 ? std::atoi(argv[4]) : -1;
   int dev = 0, l2 = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -99,6 +102,7 @@ int main(int argc, char **argv) {
   std::printf("%-20s %-5s %-4s %-9s %9s %9s %7s %9s\n", "shape", "lay", "pass", "epilogue", "us", "GB/s", "%copy",
               "copyGB/s");
   for (const auto &sh : shapes) {
+    if (only_shape >= 0 && &sh - shapes != only_shape) continue;
     const int64_t N = sh[0], C = sh[1], H = sh[2], W = sh[3], E = N * C * H * W, G = 32;
     const size_t X = E * 2;
     const int sets = std::max<int>(2, (int)((8.0 * l2) / (2.0 * X)) + 1);
@@ -124,6 +128,7 @@ int main(int argc, char **argv) {
     });
     const double copy_gbs = 2.0 * X / copy_us / 1e3;
     for (int cl = 0; cl < 2; ++cl) {
+      if (only_cl >= 0 && cl != only_cl) continue;
       const int64_t dims[4] = {N, C, H, W};
       const int64_t cls[4] = {H * W * C, 1, W * C, C};
       fnorm_tensor_desc_t xd, wd, ssd;
@@ -135,6 +140,7 @@ int main(int argc, char **argv) {
       const int64_t ssdims[2] = {N, C}, ssstr[2] = {2 * C, 1};
       FK(fnorm_tensor_desc_set(ssd, FNORM_DTYPE_BFLOAT16, 2, ssdims, ssstr));
       for (int ep = 0; ep < 3; ++ep) {
+        if (only_ep >= 0 && ep != only_ep) continue;
         const char *epn = ep == 0 ? "none" : ep == 1 ? "silu" : "silu+ss";
         fnorm_groupnorm_desc_t gn;
         FK(fnorm_groupnorm_desc_create(&gn));

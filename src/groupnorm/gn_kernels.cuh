@@ -78,7 +78,7 @@ struct GnTile {
   const GnParams &p;
   const GnGeometry &g;
   int r, j;
-  int64_t n, cbase, W, u;
+  int64_t n, cbase, W, u, g0;  // g0: the unit's first (sample, group) index
   __device__ __forceinline__ GnTile(const GnParams &p_) : p(p_), g(p_.geo) {
     r = threadIdx.x / static_cast<int>(g.tpr);
     j = threadIdx.x % static_cast<int>(g.tpr);
@@ -89,6 +89,7 @@ struct GnTile {
     n = u / per_sample;
     W = g.gb * p.cg;
     cbase = (u % per_sample) * W;
+    g0 = n * p.groups + (u % per_sample) * g.gb;
   }
   // The thread's first channel (in the unit) in channel block rb, or -1.
   __device__ __forceinline__ int64_t chan0(int64_t rb) const {
@@ -135,7 +136,7 @@ struct GnTile {
   }
   // The group (in the unit) of slot e.
   __device__ __forceinline__ int group_of(int64_t c0, int e) const {
-    return static_cast<int>((c0 + (CL ? e : 0)) / p.cg);
+    return static_cast<int>(c0 + (CL ? e : 0)) / static_cast<int>(p.cg);  // channels < 2^31
   }
   // The forward's shift of group q: its first value.
   __device__ __forceinline__ float shift_of(int q) const {
@@ -240,12 +241,12 @@ __device__ __forceinline__ void gn_line_reduce(const GnGeometry &g, int r, int j
 }
 
 template <typename T, int P, bool CL, bool BWD>
-__global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __grid_constant__ GnParams p) {
+__global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(const __grid_constant__ GnParams p) {
   using Tile = GnTile<T, P, CL, BWD>;
   using Raw = typename Tile::Raw;
   constexpr int KMAX = Tile::KMAX, NS = Tile::NS;
   __shared__ float sa[kGnThreads * NS], sb[kGnThreads * NS];
-  __shared__ float la[kGnThreads * P], lb[kGnThreads * P];
+  __shared__ float la[kGnThreads * NS], lb[kGnThreads * NS];  // lines: CF <= kGnThreads, CL <= kGnThreads * P
   __shared__ float2 gacc[kGnThreads], ures[2][kGnThreads];
   extern __shared__ __align__(16) unsigned char gn_smem[];
   __shared__ int s_owner[2], s_last;
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
         if (c0 < 0) continue;
         const int q = tile.group_of(c0, e);
         if constexpr (BWD) {
-          const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+          const int64_t gi = tile.g0 + q;
           co0[e] = p.rstd_in[gi];
           co1[e] = p.mean_in[gi];
           if (p.silu) {
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
             const float mean = static_cast<float>(static_cast<double>(tile.shift_of(q)) + d);
             const float rstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
             res = make_float2(mean, rstd);
-            const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+            const int64_t gi = tile.g0 + q;
             if (p.mean) p.mean[gi] = mean;
             if (p.rstd) p.rstd[gi] = rstd;
           }
@@ -485,7 +486,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
       for (int e = 0; e < NS; ++e) {
         const int q = tile.group_of(c0, e);
         const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-        const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+        const int64_t gi = tile.g0 + q;
         if constexpr (BWD) {
           const float rs = p.rstd_in[gi];
           ca[e] = rs;
