@@ -291,24 +291,41 @@ __global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(co
         if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
         cp_async_commit();
       }
+      // The line (channel) coefficients, once per line in shared memory
+      // (la, lb, sa, sb are free until the line sums), then each thread's
+      // slots from there: fwd the group's shift; bwd rstd, mean, gamma', beta'.
+      __syncthreads();
+      for (int l = tid; l < g.lines; l += kGnThreads) {
+        const int64_t cu = rb * g.lines + l;
+        if (cu >= tile.W) continue;
+        const int q = static_cast<int>(cu) / static_cast<int>(p.cg);
+        if constexpr (BWD) {
+          la[l] = p.rstd_in[tile.g0 + q];
+          lb[l] = p.mean_in[tile.g0 + q];
+          if (p.silu) {
+            const GnChannel<T> ch(p, n, tile.cbase + cu);
+            sa[l] = ch.gp;
+            sb[l] = ch.bp;
+          }
+        } else {
+          la[l] = tile.shift_of(q);
+        }
+      }
+      __syncthreads();
       float a[NS], b[NS];
       float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, mean, gamma', beta'
+      const int line0 = CL ? tile.j * P : tile.r;
 #pragma unroll
       for (int e = 0; e < NS; ++e) {
         a[e] = b[e] = 0.f;
         if (c0 < 0) continue;
-        const int q = tile.group_of(c0, e);
+        co0[e] = la[line0 + e];
         if constexpr (BWD) {
-          const int64_t gi = tile.g0 + q;
-          co0[e] = p.rstd_in[gi];
-          co1[e] = p.mean_in[gi];
+          co1[e] = lb[line0 + e];
           if (p.silu) {
-            const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-            co2[e] = ch.gp;
-            co3[e] = ch.bp;
+            co2[e] = sa[line0 + e];
+            co3[e] = sb[line0 + e];
           }
-        } else {
-          co0[e] = tile.shift_of(q);
         }
       }
       cp_async_wait<0>();
@@ -472,6 +489,26 @@ __global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(co
       if (sub >= subs) break;
       const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
       const int64_t c0 = tile.chan0(rb);
+      // The line coefficients (as in phase 1): fwd y = x * ca + cb; bwd
+      // x_hat = (x - mean) * rstd (exact near the mean), gamma', beta'.
+      __syncthreads();
+      for (int l = tid; l < g.lines; l += kGnThreads) {
+        const int64_t cu = rb * g.lines + l;
+        if (cu >= tile.W) continue;
+        const int q = static_cast<int>(cu) / static_cast<int>(p.cg);
+        const GnChannel<T> ch(p, n, tile.cbase + cu);
+        if constexpr (BWD) {
+          la[l] = p.rstd_in[tile.g0 + q];
+          lb[l] = p.mean_in[tile.g0 + q];
+          sa[l] = ch.gp;
+          sb[l] = ch.bp;
+        } else {
+          const float mean = ures[slot][q].x, rs = ures[slot][q].y;
+          la[l] = rs * ch.gp;
+          lb[l] = ch.bp - mean * rs * ch.gp;
+        }
+      }
+      __syncthreads();
       if (c0 < 0) continue;
       const typename Tile::Packs pk = tile.packs(c0, sc);
       if (g.reps > 1) {
@@ -480,26 +517,21 @@ __global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(co
         cp_async_commit();
         cp_async_wait<0>();
       }
-      // fwd: y = x * ca + cb; bwd: x_hat = (x - cb) * ca (exact near the mean), dx = c1 du + c2 + c3 x_hat.
+      // bwd: dx = c1 du + c2 + c3 x_hat with c1 = rstd gamma', c2, c3 from
+      // the unit's means of g and g x_hat.
       float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
+      const int line0 = CL ? tile.j * P : tile.r;
 #pragma unroll
       for (int e = 0; e < NS; ++e) {
-        const int q = tile.group_of(c0, e);
-        const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-        const int64_t gi = tile.g0 + q;
+        ca[e] = la[line0 + e];
+        cb[e] = lb[line0 + e];
         if constexpr (BWD) {
-          const float rs = p.rstd_in[gi];
-          ca[e] = rs;
-          cb[e] = p.mean_in[gi];
-          gp[e] = ch.gp;
-          bp[e] = ch.bp;
-          c1[e] = rs * ch.gp;
-          c2[e] = -rs * ures[slot][q].x;
-          c3[e] = -rs * ures[slot][q].y;
-        } else {
-          const float mean = ures[slot][q].x, rs = ures[slot][q].y;
-          ca[e] = rs * ch.gp;
-          cb[e] = ch.bp - mean * rs * ch.gp;
+          const int q = tile.group_of(c0, e);
+          gp[e] = sa[line0 + e];
+          bp[e] = sb[line0 + e];
+          c1[e] = ca[e] * gp[e];
+          c2[e] = -ca[e] * ures[slot][q].x;
+          c3[e] = -ca[e] * ures[slot][q].y;
         }
       }
       T *out = static_cast<T *>(p.y);
