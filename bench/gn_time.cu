@@ -2,9 +2,11 @@
 // GroupNorm timing harness (tuning aid, not a test): CUDA-graph replays of
 // fnorm_groupnorm_fwd / _bwd over buffer sets rotated past L2 (>= 8x L2 in
 // total), beside a device-to-device copy of the same bytes in the same
-// process. Bytes counted (bench/README.md's GroupNorm rows): forward read x
-// + write y; backward read x, dy + write dx. bf16, 32 groups, gamma/beta
-// bf16; epilogues: none, silu, silu + scale/shift (strided temb halves).
+// process. Bytes counted (issue 38): forward read x + write y; backward
+// read x, dy + write dx (the backward also computes dgamma, dbeta and, with
+// scale/shift, dscale and dshift, as training does; their bytes are not
+// counted). bf16, 32 groups, gamma/beta bf16; epilogues: none, silu,
+// silu + scale/shift (strided temb halves).
 // Usage: gn_time [reps [shape index [layout 0|1 [epilogue 0|1|2]]]]
 // (prints one line per shape, layout, pass, epilogue; -1 or absent: all)
 #include <cuda_runtime_api.h>
@@ -107,8 +109,10 @@ int main(int argc, char **argv) {
     const size_t X = E * 2;
     const int sets = std::max<int>(2, (int)((8.0 * l2) / (2.0 * X)) + 1);
     std::vector<Set> bufs(sets);
-    void *w;
+    void *w, *dw, *dss;
     CK(cudaMalloc(&w, 2 * C * 2));
+    CK(cudaMalloc(&dw, 2 * C * 2));
+    CK(cudaMalloc(&dss, 2 * N * 2 * C * 2));
     fill<<<64, 256, 0, st>>>((unsigned short *)w, 2 * C, 7);
     for (auto &b : bufs) {
       CK(cudaMalloc(&b.x, X));
@@ -160,7 +164,8 @@ int main(int argc, char **argv) {
           const Set &b = bufs[i];
           FK(fnorm_groupnorm_bwd(h, st, gn, xd, b.x, xd, b.dy, b.mean, b.rstd, wd, w, (char *)w + 2 * C, ssp,
                                  ep == 2 ? b.ss : nullptr, ep == 2 ? (char *)b.ss + 2 * C : nullptr, xd, b.dx,
-                                 nullptr, nullptr, nullptr, nullptr, ws, wsb));
+                                 dw, (char *)dw + 2 * C, ep == 2 ? dss : nullptr,
+                                 ep == 2 ? (char *)dss + N * 2 * C * 2 : nullptr, ws, wsb));
         };
         const double fus = time_graph(st, sets, replays, fwd);
         const double bus = time_graph(st, sets, replays, bwd);
@@ -189,6 +194,8 @@ int main(int argc, char **argv) {
       cudaFree(b.rstd);
     }
     cudaFree(w);
+    cudaFree(dw);
+    cudaFree(dss);
   }
   fnorm_destroy(h);
   return 0;
