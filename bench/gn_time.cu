@@ -2,10 +2,13 @@
 // GroupNorm timing harness (tuning aid, not a test): CUDA-graph replays of
 // fnorm_groupnorm_fwd / _bwd over buffer sets rotated past L2 (>= 8x L2 in
 // total), beside a device-to-device copy of the same bytes in the same
-// process. Bytes counted (bench/README.md's GroupNorm rows): forward read x
-// + write y; backward read x, dy + write dx. bf16, 32 groups, gamma/beta
-// bf16; epilogues: none, silu, silu + scale/shift (strided temb halves).
-// Usage: gn_time [reps]   (prints one line per shape, layout, pass, epilogue)
+// process. Bytes counted (issue 38): forward read x + write y; backward
+// read x, dy + write dx (the backward also computes dgamma, dbeta and, with
+// scale/shift, dscale and dshift, as training does; their bytes are not
+// counted). bf16, 32 groups, gamma/beta bf16; epilogues: none, silu,
+// silu + scale/shift (strided temb halves).
+// Usage: gn_time [reps [shape index [layout 0|1 [epilogue 0|1|2]]]]
+// (prints one line per shape, layout, pass, epilogue; -1 or absent: all)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -84,6 +87,8 @@ double time_graph(cudaStream_t st, int sets, int replays, F call) {
 
 int main(int argc, char **argv) {
   const int replays = argc > 1 ? std::atoi(argv[1]) : 20;
+  const int only_shape = argc > 2 ? std::atoi(argv[2]) : -1, only_cl = argc > 3 ? std::atoi(argv[3]) : -1;
+  const int only_ep = argc > 4 ? std::atoi(argv[4]) : -1;
   int dev = 0, l2 = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -99,12 +104,15 @@ int main(int argc, char **argv) {
   std::printf("%-20s %-5s %-4s %-9s %9s %9s %7s %9s\n", "shape", "lay", "pass", "epilogue", "us", "GB/s", "%copy",
               "copyGB/s");
   for (const auto &sh : shapes) {
+    if (only_shape >= 0 && &sh - shapes != only_shape) continue;
     const int64_t N = sh[0], C = sh[1], H = sh[2], W = sh[3], E = N * C * H * W, G = 32;
     const size_t X = E * 2;
     const int sets = std::max<int>(2, (int)((8.0 * l2) / (2.0 * X)) + 1);
     std::vector<Set> bufs(sets);
-    void *w;
+    void *w, *dw, *dss;
     CK(cudaMalloc(&w, 2 * C * 2));
+    CK(cudaMalloc(&dw, 2 * C * 2));
+    CK(cudaMalloc(&dss, 2 * N * 2 * C * 2));
     fill<<<64, 256, 0, st>>>((unsigned short *)w, 2 * C, 7);
     for (auto &b : bufs) {
       CK(cudaMalloc(&b.x, X));
@@ -124,6 +132,7 @@ int main(int argc, char **argv) {
     });
     const double copy_gbs = 2.0 * X / copy_us / 1e3;
     for (int cl = 0; cl < 2; ++cl) {
+      if (only_cl >= 0 && cl != only_cl) continue;
       const int64_t dims[4] = {N, C, H, W};
       const int64_t cls[4] = {H * W * C, 1, W * C, C};
       fnorm_tensor_desc_t xd, wd, ssd;
@@ -135,6 +144,7 @@ int main(int argc, char **argv) {
       const int64_t ssdims[2] = {N, C}, ssstr[2] = {2 * C, 1};
       FK(fnorm_tensor_desc_set(ssd, FNORM_DTYPE_BFLOAT16, 2, ssdims, ssstr));
       for (int ep = 0; ep < 3; ++ep) {
+        if (only_ep >= 0 && ep != only_ep) continue;
         const char *epn = ep == 0 ? "none" : ep == 1 ? "silu" : "silu+ss";
         fnorm_groupnorm_desc_t gn;
         FK(fnorm_groupnorm_desc_create(&gn));
@@ -154,7 +164,8 @@ int main(int argc, char **argv) {
           const Set &b = bufs[i];
           FK(fnorm_groupnorm_bwd(h, st, gn, xd, b.x, xd, b.dy, b.mean, b.rstd, wd, w, (char *)w + 2 * C, ssp,
                                  ep == 2 ? b.ss : nullptr, ep == 2 ? (char *)b.ss + 2 * C : nullptr, xd, b.dx,
-                                 nullptr, nullptr, nullptr, nullptr, ws, wsb));
+                                 dw, (char *)dw + 2 * C, ep == 2 ? dss : nullptr,
+                                 ep == 2 ? (char *)dss + N * 2 * C * 2 : nullptr, ws, wsb));
         };
         const double fus = time_graph(st, sets, replays, fwd);
         const double bus = time_graph(st, sets, replays, bwd);
@@ -183,6 +194,8 @@ int main(int argc, char **argv) {
       cudaFree(b.rstd);
     }
     cudaFree(w);
+    cudaFree(dw);
+    cudaFree(dss);
   }
   fnorm_destroy(h);
   return 0;

@@ -22,273 +22,50 @@
 #pragma once
 
 #include "core/device.cuh"
+#include "groupnorm/gn_tile.cuh"
 #include "groupnorm/groupnorm.hpp"
 
 namespace fnorm {
 
-template <typename T>
-__device__ __forceinline__ float gn_ld(const void *p, int f32, int64_t i) {
-  return f32 ? static_cast<const float *>(p)[i] : Convert<T>::to_float(static_cast<const T *>(p)[i]);
-}
-template <typename T>
-__device__ __forceinline__ void gn_st(void *p, int f32, int64_t i, float v) {
-  if (f32)
-    static_cast<float *>(p)[i] = v;
-  else
-    static_cast<T *>(p)[i] = Convert<T>::from_float(v);
-}
-
-// sigmoid(v): for 16-bit outputs through one MUFU.TANH (tanh.approx,
-// relative error ~2^-11, below their rounding); for fp32 through exp and a
-// fast reciprocal. Two MUFU operations per element made the SiLU forward
-// MUFU-bound on the H100 (+20% over plain at [1, 512, 256, 256] bf16).
-template <typename T>
-__device__ __forceinline__ float gn_sigmoid(float v) {
-  if constexpr (sizeof(T) == 2) {
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * v));
-    return fmaf(0.5f, t, 0.5f);
-  } else {
-    return __frcp_rn(1.f + __expf(-v));
-  }
-}
-
-// The per-channel affine parameters of channel c of sample n: gamma' =
-// gamma (1 + scale), beta' = beta (1 + scale) + shift, and 1 + scale.
-template <typename T>
-struct GnChannel {
-  float gamma, beta, gp, bp, one_s;
-  __device__ __forceinline__ GnChannel(const GnParams &p, int64_t n, int64_t c) {
-    gamma = p.gamma ? gn_ld<T>(p.gamma, p.w_f32, c) : 1.f;
-    beta = p.beta ? gn_ld<T>(p.beta, p.w_f32, c) : 0.f;
-    const float s = p.scale ? gn_ld<T>(p.scale, p.ss_f32, n * p.ss_sn + c * p.ss_sc) : 0.f;
-    const float h = p.shift ? gn_ld<T>(p.shift, p.ss_f32, n * p.ss_sn + c * p.ss_sc) : 0.f;
-    one_s = 1.f + s;
-    gp = gamma * one_s;
-    bp = beta * one_s + h;
-  }
-};
-
 template <typename T, int P, bool CL, bool BWD>
-struct GnTile {
-  static constexpr int KMAX = BWD ? kGnBwdK : kGnFwdK;
-  static constexpr int NS = CL ? P : 1;  // distinct channels per thread
-  using Raw = Pack<T, P>;
-
-  const GnParams &p;
-  const GnGeometry &g;
-  int r, j;
-  int64_t n, cbase, W, u;
-  __device__ __forceinline__ GnTile(const GnParams &p_) : p(p_), g(p_.geo) {
-    r = threadIdx.x / static_cast<int>(g.tpr);
-    j = threadIdx.x % static_cast<int>(g.tpr);
-  }
-  __device__ __forceinline__ void set_unit(int64_t unit) {
-    u = unit;
-    const int64_t per_sample = p.groups / g.gb;
-    n = u / per_sample;
-    W = g.gb * p.cg;
-    cbase = (u % per_sample) * W;
-  }
-  // The thread's first channel (in the unit) in channel block rb, or -1.
-  __device__ __forceinline__ int64_t chan0(int64_t rb) const {
-    if (CL) {
-      if (r >= g.rps) return -1;
-      const int64_t c = rb * g.lines + static_cast<int64_t>(j) * P;
-      return c < W ? c : -1;
-    }
-    const int64_t c = rb * g.lines + r;
-    return c < W ? c : -1;
-  }
-  // Where the thread's packs of sub-tile sc lie: pack k at element
-  // base + k * ostep, spatial value s0 + k * sstep (valid below s).
-  struct Packs {
-    int64_t base, ostep, s0, sstep;
-    __device__ __forceinline__ bool valid(int k) const { return s0 + k * sstep < 0; }
-    __device__ __forceinline__ int64_t at(int k) const { return base + k * ostep; }
-  };
-  __device__ __forceinline__ Packs packs(int64_t c0, int64_t sc) const {
-    Packs q;
-    if (CL) {
-      const int64_t s = sc * g.span + r;
-      q.base = (n * p.s + s) * p.c + cbase + c0;
-      q.ostep = g.rps * p.c;
-      q.s0 = s - p.s;  // negative while inside
-      q.sstep = g.rps;
-    } else {
-      const int64_t s = sc * g.span + static_cast<int64_t>(j) * P;
-      q.base = (n * p.c + cbase + c0) * p.s + s;
-      q.ostep = g.tpr * P;
-      q.s0 = s - p.s;
-      q.sstep = g.tpr * P;
-    }
-    return q;
-  }
-  // Copies the thread's packs into its slots of the tile in shared memory
-  // (v[k * kGnThreads + tid]: only the thread itself reads them back).
-  __device__ __forceinline__ void load(const void *src, Raw *v, int64_t c0, const Packs &q) const {
-    const T *x = static_cast<const T *>(src);
-    if (c0 < 0) return;
-#pragma unroll
-    for (int k = 0; k < KMAX; ++k)
-      if (k < g.k && q.s0 + k * q.sstep < 0) cp_async<sizeof(Raw)>(v + k * kGnThreads + threadIdx.x, x + q.at(k));
-  }
-  // The group (in the unit) of slot e.
-  __device__ __forceinline__ int group_of(int64_t c0, int e) const {
-    return static_cast<int>((c0 + (CL ? e : 0)) / p.cg);
-  }
-  // The forward's shift of group q: its first value.
-  __device__ __forceinline__ float shift_of(int q) const {
-    const T *x = static_cast<const T *>(p.x);
-    const int64_t c = cbase + q * p.cg;
-    return Convert<T>::to_float(CL ? x[n * p.s * p.c + c] : x[(n * p.c + c) * p.s]);
-  }
-};
-
-// Reduces the threads' per-slot sums a, b to one value per line (channel)
-// of the block: la, lb[line], line < lines. Fixed orders throughout.
-//   channels-first: a team of tpr threads (a power of two, aligned) per
-//     line: shuffles within the warp, then the team's warps in order.
-//   channels-last with tpr a power of two <= 32: shuffles over the warp's
-//     rows, then the 8 warps in order per column; other tpr: a tree over
-//     the row slices in shared memory.
-template <int P, bool CL>
-__device__ __forceinline__ void gn_line_reduce(const GnGeometry &g, int r, int j, float (&a)[P], float (&b)[P],
-                                               float *sa, float *sb, float *la, float *lb) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  constexpr int kWarps = kGnThreads / 32;
-  const int tpr = static_cast<int>(g.tpr);
-  __syncthreads();  // the last readers of sa, sb, la, lb are done
-  if (CL && tpr <= 32 && (tpr & (tpr - 1)) == 0) {
-    for (int mask = tpr; mask < 32; mask <<= 1) {
-#pragma unroll
-      for (int e = 0; e < P; ++e) {
-        a[e] += __shfl_xor_sync(kFullMask, a[e], mask);
-        b[e] += __shfl_xor_sync(kFullMask, b[e], mask);
-      }
-    }
-    const int lines = static_cast<int>(g.lines);
-    if (lane < tpr) {
-#pragma unroll
-      for (int e = 0; e < P; ++e) {
-        sa[warp * lines + lane * P + e] = a[e];
-        sb[warp * lines + lane * P + e] = b[e];
-      }
-    }
-    __syncthreads();
-    for (int l = tid; l < lines; l += kGnThreads) {
-      float x = 0.f, y = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        x += sa[w * lines + l];
-        y += sb[w * lines + l];
-      }
-      la[l] = x;
-      lb[l] = y;
-    }
-  } else if (CL) {
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      sa[tid * P + e] = a[e];
-      sb[tid * P + e] = b[e];
-    }
-    const int rps = static_cast<int>(g.rps);
-    int st = 1;
-    while (st < rps) st <<= 1;
-    for (st >>= 1; st >= 1; st >>= 1) {
-      __syncthreads();
-      if (r < st && r + st < rps) {
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          sa[tid * P + e] += sa[(tid + st * tpr) * P + e];
-          sb[tid * P + e] += sb[(tid + st * tpr) * P + e];
-        }
-      }
-    }
-    __syncthreads();
-    for (int l = tid; l < g.lines; l += kGnThreads) {
-      la[l] = sa[l];
-      lb[l] = sb[l];
-    }
-  } else {
-    float2 v = make_float2(a[0], b[0]);
-    v = group_allreduce<Sum2Op>(v, tpr < 32 ? tpr : 32);
-    if (tpr <= 32) {
-      if (j == 0) {
-        la[r] = v.x;
-        lb[r] = v.y;
-      }
-    } else {
-      if (lane == 0) {
-        sa[warp] = v.x;
-        sb[warp] = v.y;
-      }
-      __syncthreads();
-      if (j == 0) {
-        const int nw = tpr >> 5;
-        float x = 0.f, y = 0.f;
-        for (int w = 0; w < nw; ++w) {
-          x += sa[warp + w];
-          y += sb[warp + w];
-        }
-        la[r] = x;
-        lb[r] = y;
-      }
-    }
-  }
-  __syncthreads();
-}
-
-template <typename T, int P, bool CL, bool BWD>
-__global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __grid_constant__ GnParams p) {
+__global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(const __grid_constant__ GnParams p) {
   using Tile = GnTile<T, P, CL, BWD>;
   using Raw = typename Tile::Raw;
   constexpr int KMAX = Tile::KMAX, NS = Tile::NS;
   __shared__ float sa[kGnThreads * NS], sb[kGnThreads * NS];
-  __shared__ float la[kGnThreads * P], lb[kGnThreads * P];
-  __shared__ float2 gacc[kGnThreads], ures[kGnThreads];
+  __shared__ float la[kGnThreads * NS], lb[kGnThreads * NS];  // lines: CF <= kGnThreads, CL <= kGnThreads * P
+  __shared__ float2 gacc[kGnThreads], ures[2][kGnThreads];
   extern __shared__ __align__(16) unsigned char gn_smem[];
-  __shared__ int s_owner;
+  __shared__ int s_owner[2], s_last;
 
   const GnGeometry &g = p.geo;
-  Tile tile(p);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t total = g.units * g.tiles;
   const int64_t subs = g.nrb * g.nsc;
   unsigned *arrive = p.counters + 1, *ready = p.counters + 1 + g.units;
   const double m = static_cast<double>(p.cg) * static_cast<double>(p.s);
-
-  // Tiles are dealt round-robin (tile j to block j % grid, in order): a
-  // unit's tiles, at most one per block, span at most two rounds, and the
-  // blocks holding its second round's tiles wait only on earlier units, so
-  // every unit completes. Knowing its next tile, a block copies it into its
-  // second buffer (cp.async) while it waits on the current unit and
-  // stores its results: the loads overlap the wait and the stores.
   const int64_t grid = gridDim.x;
   Raw *buf[2] = {reinterpret_cast<Raw *>(gn_smem), reinterpret_cast<Raw *>(gn_smem) + (BWD ? 2 : 1) * KMAX * kGnThreads};
-  auto prefetch = [&](int64_t jt, Raw *into) {
-    Tile nt = tile;
-    nt.set_unit(jt / g.tiles);
-    const int64_t sub = (jt % g.tiles) * g.reps;
-    const int64_t c0 = nt.chan0(sub / g.nsc);
-    const typename Tile::Packs pk = nt.packs(c0, sub % g.nsc);
-    nt.load(p.x, into, c0, pk);
-    if constexpr (BWD) nt.load(p.dy, into + KMAX * kGnThreads, c0, pk);
-    cp_async_commit();
-  };
-  if (blockIdx.x < total) prefetch(blockIdx.x, buf[0]);
-  int cur = 0;
-  for (int64_t jt = blockIdx.x; jt < total; jt += grid, cur ^= 1) {
-    __syncthreads();  // the last tile's shared memory is free
-    const int64_t t = jt % g.tiles;
-    tile.set_unit(jt / g.tiles);
-    const int64_t n = tile.n, u = tile.u;
-    if (tid < g.gb) gacc[tid] = make_float2(0.f, 0.f);
 
-    // The tile stays in shared memory from phase 1 to phase 2 (the
-    // registers then hold no data across the unit's wait).
-    Raw *xr = buf[cur];
+  // Step A of tile jt (into buffer `slot`): load it, its sums, publish
+  // them; the last tile of its unit to arrive combines the unit's partials
+  // in tile order, writes the unit's results and releases the others.
+  auto step_a = [&](int64_t jt, int slot) {
+    Tile tile(p);
+    tile.set_unit(jt / g.tiles);
+    const int64_t t = jt % g.tiles, n = tile.n, u = tile.u;
+    Raw *xr = buf[slot];
     Raw *dr = xr + KMAX * kGnThreads;
+    {
+      const int64_t sub = t * g.reps;
+      const int64_t c0 = tile.chan0(sub / g.nsc);
+      const typename Tile::Packs pk = tile.packs(c0, sub % g.nsc);
+      tile.load(p.x, xr, c0, pk);
+      if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+      cp_async_commit();
+    }
+    __syncthreads();  // gacc's last readers are done
+    if (tid < g.gb) gacc[tid] = make_float2(0.f, 0.f);
     // ---- phase 1: load, sums per slot, per line, per group ----
     for (int rep = 0; rep < g.reps; ++rep) {
       const int64_t sub = t * g.reps + rep;
@@ -296,29 +73,46 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
       const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
       const int64_t c0 = tile.chan0(rb);
       const typename Tile::Packs pk = tile.packs(c0, sc);
-      if (rep > 0) {  // rep 0 was prefetched
+      if (rep > 0) {  // rep 0 was loaded above
         tile.load(p.x, xr, c0, pk);
         if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
         cp_async_commit();
       }
+      // The line (channel) coefficients, once per line in shared memory
+      // (la, lb, sa, sb are free until the line sums), then each thread's
+      // slots from there: fwd the group's shift; bwd rstd, mean, gamma', beta'.
+      __syncthreads();
+      for (int l = tid; l < g.lines; l += kGnThreads) {
+        const int64_t cu = rb * g.lines + l;
+        if (cu >= tile.W) continue;
+        const int q = static_cast<int>(cu) / static_cast<int>(p.cg);
+        if constexpr (BWD) {
+          la[l] = p.rstd_in[tile.g0 + q];
+          lb[l] = p.mean_in[tile.g0 + q];
+          if (p.silu) {
+            const GnChannel<T> ch(p, n, tile.cbase + cu);
+            sa[l] = ch.gp;
+            sb[l] = ch.bp;
+          }
+        } else {
+          la[l] = tile.shift_of(q);
+        }
+      }
+      __syncthreads();
       float a[NS], b[NS];
-      float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, -mean * rstd, gamma', beta'
+      float co0[NS], co1[NS], co2[NS], co3[NS];  // fwd: the shift; bwd: rstd, mean, gamma', beta'
+      const int line0 = CL ? tile.j * P : tile.r;
 #pragma unroll
       for (int e = 0; e < NS; ++e) {
         a[e] = b[e] = 0.f;
         if (c0 < 0) continue;
-        const int q = tile.group_of(c0, e);
+        co0[e] = la[line0 + e];
         if constexpr (BWD) {
-          const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
-          co0[e] = p.rstd_in[gi];
-          co1[e] = -p.mean_in[gi] * co0[e];
+          co1[e] = lb[line0 + e];
           if (p.silu) {
-            const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-            co2[e] = ch.gp;
-            co3[e] = ch.bp;
+            co2[e] = sa[line0 + e];
+            co3[e] = sb[line0 + e];
           }
-        } else {
-          co0[e] = tile.shift_of(q);
         }
       }
       cp_async_wait<0>();
@@ -333,7 +127,7 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
             const int e = CL ? i : 0;
             const float xv = Convert<T>::to_float(xk.v[i]);
             if constexpr (BWD) {
-              const float xh = xv * co0[e] + co1[e];
+              const float xh = (xv - co1[e]) * co0[e];
               float du = Convert<T>::to_float(dk.v[i]);
               if (p.silu) {
                 const float v = xh * co2[e] + co3[e];
@@ -372,18 +166,15 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
       }
     }
     __syncthreads();
-    // ---- the unit's combine: the last tile to arrive adds all in tile order ----
     if (tid < g.gb) p.group_part[(u * g.tiles + t) * g.gb + tid] = gacc[tid];
     __syncthreads();
     if (tid == 0) {
       __threadfence();
-      s_owner = atomicAdd(arrive + u, 1u) == g.tiles - 1;
+      s_owner[slot] = atomicAdd(arrive + u, 1u) == g.tiles - 1;
     }
     __syncthreads();
-    const bool owner = s_owner;
-    if (jt + grid < total) prefetch(jt + grid, buf[cur ^ 1]);
-    if (owner) {
-      __threadfence();
+    if (!s_owner[slot]) return;
+    __threadfence();
       for (int q = warp; q < g.gb; q += kGnThreads / 32) {
         double s1 = 0.0, s2 = 0.0;
         for (int64_t tt = lane; tt < g.tiles; tt += 32) {
@@ -405,100 +196,24 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
             const float mean = static_cast<float>(static_cast<double>(tile.shift_of(q)) + d);
             const float rstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
             res = make_float2(mean, rstd);
-            const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
+            const int64_t gi = tile.g0 + q;
             if (p.mean) p.mean[gi] = mean;
             if (p.rstd) p.rstd[gi] = rstd;
           }
-          ures[q] = res;
+          ures[slot][q] = res;
           p.unit_res[u * g.gb + q] = res;
         }
       }
-      __syncthreads();
-      if (tid == 0) {
-        __threadfence();
-        atomicExch(ready + u, 1u);
-      }
-    } else {
-      if (tid == 0) {
-        while (*reinterpret_cast<volatile unsigned *>(ready + u) == 0u) __nanosleep(64);
-        __threadfence();
-      }
-      __syncthreads();
-      if (tid < g.gb) ures[tid] = __ldcg(p.unit_res + u * g.gb + tid);
-    }
     __syncthreads();
-    // ---- phase 2: normalize what the registers hold (re-read when reps > 1) ----
-    for (int rep = 0; rep < g.reps; ++rep) {
-      const int64_t sub = t * g.reps + rep;
-      if (sub >= subs) break;
-      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
-      const int64_t c0 = tile.chan0(rb);
-      if (c0 < 0) continue;
-      const typename Tile::Packs pk = tile.packs(c0, sc);
-      if (g.reps > 1) {
-        tile.load(p.x, xr, c0, pk);
-        if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
-        cp_async_commit();
-        cp_async_wait<0>();
-      }
-      // fwd: y = x * ca + cb; bwd: x_hat = x * ca + cb, dx = c1 du + c2 + c3 x_hat.
-      float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
-#pragma unroll
-      for (int e = 0; e < NS; ++e) {
-        const int q = tile.group_of(c0, e);
-        const GnChannel<T> ch(p, n, tile.cbase + c0 + (CL ? e : 0));
-        const int64_t gi = n * p.groups + tile.cbase / p.cg + q;
-        if constexpr (BWD) {
-          const float rs = p.rstd_in[gi];
-          ca[e] = rs;
-          cb[e] = -p.mean_in[gi] * rs;
-          gp[e] = ch.gp;
-          bp[e] = ch.bp;
-          c1[e] = rs * ch.gp;
-          c2[e] = -rs * ures[q].x;
-          c3[e] = -rs * ures[q].y;
-        } else {
-          const float mean = ures[q].x, rs = ures[q].y;
-          ca[e] = rs * ch.gp;
-          cb[e] = ch.bp - mean * rs * ch.gp;
-        }
-      }
-      T *out = static_cast<T *>(p.y);
-#pragma unroll
-      for (int k = 0; k < KMAX; ++k) {
-        if (k >= g.k) continue;
-        if (!pk.valid(k)) continue;
-        const int64_t o = pk.at(k);
-        const Raw xk = xr[k * kGnThreads + tid];
-        const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
-        float res[P];
-#pragma unroll
-        for (int i = 0; i < P; ++i) {
-          const int e = CL ? i : 0;
-          const float xv = Convert<T>::to_float(xk.v[i]);
-          if constexpr (BWD) {
-            const float xh = xv * ca[e] + cb[e];
-            float du = Convert<T>::to_float(dk.v[i]);
-            if (p.silu) {
-              const float v = xh * gp[e] + bp[e];
-              const float sg = gn_sigmoid<T>(v);
-              du = du * sg * (1.f + v * (1.f - sg));
-            }
-            res[i] = c1[e] * du + c2[e] + c3[e] * xh;
-          } else {
-            float v = xv * ca[e] + cb[e];
-            if (p.silu) v = v * gn_sigmoid<T>(v);
-            res[i] = v;
-          }
-        }
-        store_pack<T, P>(out + o, res);
-      }
+    if (tid == 0) {
+      __threadfence();
+      atomicExch(ready + u, 1u);
     }
     if constexpr (BWD) {
       // ---- the owner: per-channel sums of the unit (dscale, dshift, and
       // the (n, c) terms of dgamma / dbeta); the last unit adds those ----
       const bool channel_grads = p.line_part != nullptr && (p.dscale || p.dshift || p.dgamma || p.dbeta);
-      if (owner && channel_grads) {
+      if (channel_grads) {
         for (int64_t cu = tid; cu < tile.W; cu += kGnThreads) {
           const int64_t rb = cu / g.lines, slot = cu % g.lines;
           float A = 0.f, B = 0.f;
@@ -518,10 +233,10 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
           __syncthreads();
           if (tid == 0) {
             __threadfence();
-            s_owner = atomicAdd(p.counters, 1u) == g.units - 1;
+            s_last = atomicAdd(p.counters, 1u) == g.units - 1;
           }
           __syncthreads();
-          if (s_owner) {
+          if (s_last) {
             __threadfence();
             for (int64_t c = tid; c < p.c; c += kGnThreads) {
               float A = 0.f, B = 0.f;
@@ -537,6 +252,120 @@ __global__ void __launch_bounds__(kGnThreads, kGnBlocksPerSm) gn_kernel(const __
         }
       }
     }
+  };
+
+  // Step B of tile jt: wait for its unit's results, normalize, store.
+  auto step_b = [&](int64_t jt, int slot) {
+    Tile tile(p);
+    tile.set_unit(jt / g.tiles);
+    const int64_t t = jt % g.tiles, n = tile.n, u = tile.u;
+    Raw *xr = buf[slot];
+    Raw *dr = xr + KMAX * kGnThreads;
+    if (!s_owner[slot]) {
+      if (tid == 0) {
+        while (*reinterpret_cast<volatile unsigned *>(ready + u) == 0u) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+      if (tid < g.gb) ures[slot][tid] = __ldcg(p.unit_res + u * g.gb + tid);
+    }
+    __syncthreads();
+    // ---- phase 2: normalize what shared memory holds (re-read when reps > 1) ----
+    for (int rep = 0; rep < g.reps; ++rep) {
+      const int64_t sub = t * g.reps + rep;
+      if (sub >= subs) break;
+      const int64_t rb = sub / g.nsc, sc = sub % g.nsc;
+      const int64_t c0 = tile.chan0(rb);
+      // The line coefficients (as in phase 1): fwd y = x * ca + cb; bwd
+      // x_hat = (x - mean) * rstd (exact near the mean), gamma', beta'.
+      __syncthreads();
+      for (int l = tid; l < g.lines; l += kGnThreads) {
+        const int64_t cu = rb * g.lines + l;
+        if (cu >= tile.W) continue;
+        const int q = static_cast<int>(cu) / static_cast<int>(p.cg);
+        const GnChannel<T> ch(p, n, tile.cbase + cu);
+        if constexpr (BWD) {
+          la[l] = p.rstd_in[tile.g0 + q];
+          lb[l] = p.mean_in[tile.g0 + q];
+          sa[l] = ch.gp;
+          sb[l] = ch.bp;
+        } else {
+          const float mean = ures[slot][q].x, rs = ures[slot][q].y;
+          la[l] = rs * ch.gp;
+          lb[l] = ch.bp - mean * rs * ch.gp;
+        }
+      }
+      __syncthreads();
+      if (c0 < 0) continue;
+      const typename Tile::Packs pk = tile.packs(c0, sc);
+      if (g.reps > 1) {
+        tile.load(p.x, xr, c0, pk);
+        if constexpr (BWD) tile.load(p.dy, dr, c0, pk);
+        cp_async_commit();
+        cp_async_wait<0>();
+      }
+      // bwd: dx = c1 du + c2 + c3 x_hat with c1 = rstd gamma', c2, c3 from
+      // the unit's means of g and g x_hat.
+      float ca[NS], cb[NS], c1[NS], c2[NS], c3[NS], gp[NS], bp[NS];
+      const int line0 = CL ? tile.j * P : tile.r;
+#pragma unroll
+      for (int e = 0; e < NS; ++e) {
+        ca[e] = la[line0 + e];
+        cb[e] = lb[line0 + e];
+        if constexpr (BWD) {
+          const int q = tile.group_of(c0, e);
+          gp[e] = sa[line0 + e];
+          bp[e] = sb[line0 + e];
+          c1[e] = ca[e] * gp[e];
+          c2[e] = -ca[e] * ures[slot][q].x;
+          c3[e] = -ca[e] * ures[slot][q].y;
+        }
+      }
+      T *out = static_cast<T *>(p.y);
+#pragma unroll
+      for (int k = 0; k < KMAX; ++k) {
+        if (k >= g.k) continue;
+        if (!pk.valid(k)) continue;
+        const int64_t o = pk.at(k);
+        const Raw xk = xr[k * kGnThreads + tid];
+        const Raw dk = BWD ? dr[k * kGnThreads + tid] : xk;
+        float res[P];
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+          const int e = CL ? i : 0;
+          const float xv = Convert<T>::to_float(xk.v[i]);
+          if constexpr (BWD) {
+            const float xh = (xv - cb[e]) * ca[e];
+            float du = Convert<T>::to_float(dk.v[i]);
+            if (p.silu) {
+              const float v = xh * gp[e] + bp[e];
+              const float sg = gn_sigmoid<T>(v);
+              du = du * sg * (1.f + v * (1.f - sg));
+            }
+            res[i] = c1[e] * du + c2[e] + c3[e] * xh;
+          } else {
+            float v = xv * ca[e] + cb[e];
+            if (p.silu) v = v * gn_sigmoid<T>(v);
+            res[i] = v;
+          }
+        }
+        store_pack<T, P>(out + o, res);
+      }
+    }
+  };
+
+  // Tiles are dealt round-robin (tile j to block j % grid, in order), and a
+  // block publishes tile j + grid's sums (step A) before it waits on tile
+  // j's unit (step B): the wait overlaps the next tile's loads and sums.
+  // Deadlock-free with co-resident blocks and at most grid tiles per unit:
+  // a unit's tiles lie in two consecutive rounds k, k + 1, and a block
+  // publishes its round k + 1 tile having waited only on units of rounds
+  // < k; by induction over rounds every unit completes.
+  int cur = 0;
+  if (blockIdx.x < total) step_a(blockIdx.x, 0);
+  for (int64_t jt = blockIdx.x; jt < total; jt += grid, cur ^= 1) {
+    if (jt + grid < total) step_a(jt + grid, cur ^ 1);
+    step_b(jt, cur);
   }
 }
 

@@ -66,28 +66,40 @@ bool layout_allows(const GnProblem &pb, int pack) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Resident blocks of the persistent grid.
-int64_t resident_blocks(const DeviceInfo &dev) { return static_cast<int64_t>(dev.sm_count) * kGnBlocksPerSm; }
+int64_t resident_blocks(const DeviceInfo &dev, const GnProblem &pb) {
+  return static_cast<int64_t>(dev.sm_count) * gn_blocks_per_sm(pb.channels_last != 0);
+}
 
-// Channels-last: groups per unit, the smallest count whose channels make
-// a 128-byte row segment (full cache lines) with whole packs and at most
-// one pack per thread across the block; larger groups take several channel
-// blocks.
-void plan_channels_last(const GnProblem &pb, int pack, int kmax, GnGeometry &g) {
+// Channels-last: the groups per unit. Its row segments should be whole
+// 128-byte lines; among the counts whose channels make whole packs (at
+// most one pack per thread across the block) the planner takes the first
+// whose segment reaches 128 bytes, else the widest. Narrower units have more
+// row slices per block and fewer tiles per unit, so they could keep x on
+// chip where a 128-byte unit needs two passes, but on the H100 (2026-11-27,
+// bench/gn_time) 32-byte segments cost more than the second pass:
+// [1, 256, 512, 512] bf16 NHWC forward 46.0% of copy with 8 groups (two
+// passes) against 25.6% with 2 (one); backward 42.1% against 11.9%.
+void plan_channels_last(const GnProblem &pb, int pack, int kmax, int64_t resident, GnGeometry &g) {
   const int64_t cg = pb.cg(), es = static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
-  int64_t chosen = 0, fallback = 0, widest = 0;
+  int64_t best = 0, best_once = -1, best_bytes = -1, widest = 0;
   for (int64_t gb = 1; gb <= pb.groups && gb <= kGnThreads; ++gb) {
     if (pb.groups % gb != 0 || (gb * cg) % pack != 0) continue;
-    if (gb * cg / pack > kGnThreads) {
+    const int64_t tpr = gb * cg / pack;
+    if (tpr > kGnThreads) {
       if (widest == 0) widest = gb;
       continue;
     }
-    fallback = gb;
-    if (gb * cg * es >= 128) {
-      chosen = gb;
-      break;
+    const int64_t rps = kGnThreads / tpr;
+    const int64_t k = std::min<int64_t>(kmax, ceil_div(pb.s, rps));
+    const int64_t once = ceil_div(pb.s, rps * k) <= resident ? 1 : 0;
+    const int64_t bytes = std::min<int64_t>(gb * cg * es, 128);
+    if (bytes > best_bytes || (bytes == best_bytes && once > best_once)) {
+      best = gb;
+      best_once = once;
+      best_bytes = bytes;
     }
   }
-  g.gb = chosen ? chosen : fallback ? fallback : widest ? widest : 1;
+  g.gb = best ? best : widest ? widest : 1;
   const int64_t w = g.gb * cg;
   g.tpr = std::min<int64_t>(w / pack, kGnThreads);
   g.lines = g.tpr * pack;
@@ -134,7 +146,7 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
   const int kmax = bwd ? kGnBwdK : kGnFwdK;
   g.pack = pack;
   if (pb.channels_last)
-    plan_channels_last(pb, pack, kmax, g);
+    plan_channels_last(pb, pack, kmax, resident, g);
   else
     plan_channels_first(pb, pack, kmax, g);
   const int64_t subs = g.nrb * g.nsc;
@@ -148,7 +160,7 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
                 static_cast<long long>(g.units));
   plan.shape.grid = std::min<int64_t>(resident, total);
   plan.shape.block = kGnThreads;
-  plan.shape.blocks_per_sm = kGnBlocksPerSm;
+  plan.shape.blocks_per_sm = gn_blocks_per_sm(pb.channels_last != 0);
   // Two tiles in shared memory: kmax packs per thread of x (and dy).
   plan.shape.smem = 2 * static_cast<size_t>(kmax) * kGnThreads * pack *
                     dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)) * (bwd ? 2 : 1);
@@ -190,7 +202,7 @@ size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb) {
   const int np = packs_of(pb.dtype, packs);
   size_t most = 0;
   for (int i = 0; i < np; ++i)
-    if (layout_allows(pb, packs[i])) most = std::max(most, plan_of(pb, packs[i], resident_blocks(h->info)).ws.total);
+    if (layout_allows(pb, packs[i])) most = std::max(most, plan_of(pb, packs[i], resident_blocks(h->info, pb)).ws.total);
   return most;
 }
 
@@ -200,14 +212,14 @@ GnPlan gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
   FNORM_REQUIRE(inst != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "dtype %s was left out of this build (meson option 'dtypes')",
                 dtype_name(static_cast<fnorm_dtype_t>(pb.dtype)));
-  GnPlan plan = plan_of(pb, pack, resident_blocks(h->info));
+  GnPlan plan = plan_of(pb, pack, resident_blocks(h->info, pb));
   plan.instance = inst;
   plan.sizes.workspace = plan.ws.total;
   int per_sm = 0;
   check_cuda(cached_occupancy(&h->occupancy, inst->func, kGnThreads, plan.shape.smem, &per_sm), "GroupNorm occupancy");
-  FNORM_REQUIRE(per_sm >= kGnBlocksPerSm, FNORM_STATUS_INTERNAL_ERROR,
+  FNORM_REQUIRE(per_sm >= plan.shape.blocks_per_sm, FNORM_STATUS_INTERNAL_ERROR,
                 "the GroupNorm kernel fits %d blocks per SM; its persistent grid needs %d", per_sm,
-                kGnBlocksPerSm);
+                plan.shape.blocks_per_sm);
   return plan;
 }
 
@@ -220,7 +232,7 @@ GnPlan GnFwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
 // The workspace is known without the device: a short one is refused before
 // the plan asks the device for the kernel's occupancy.
 Sizes GnFwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
-  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info)).ws.total, 0};
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info, pb)).ws.total, 0};
 }
 
 GnPtrs GnBwd::pointer_class(fnorm_handle *, const GnProblem &pb, const GnBwdArgs &a) {
@@ -230,7 +242,7 @@ GnPlan GnBwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
   return gn_plan(h, pb, static_cast<int>(ptrs.pack));
 }
 Sizes GnBwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
-  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info)).ws.total, 0};
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info, pb)).ws.total, 0};
 }
 
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {

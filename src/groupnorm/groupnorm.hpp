@@ -43,11 +43,15 @@ struct fnorm_groupnorm_desc {
 namespace fnorm {
 
 // Threads per block of every GroupNorm kernel, and the blocks per SM their
-// launch bounds promise (the grid is kGnBlocksPerSm blocks per SM: each
-// holds two tiles of 32 KiB of x, or 16 KiB each of x and dy, in shared
-// memory: the current one and the next one's loads in flight).
+// launch bounds promise (the grid is that many blocks per SM: each holds
+// two tiles of 32 KiB of x, or 16 KiB each of x and dy, in shared memory:
+// the one it normalizes and the next one it sums).
 constexpr int kGnThreads = 256;
-constexpr int kGnBlocksPerSm = 2;
+// Channels-first fits a third block per SM (80 registers, 74 KiB of shared
+// memory; H100 [1, 512, 256, 256] bf16 forward 49.2% -> 55.9% of copy,
+// backward 41.0% -> 50.6%); channels-last's per-slot line sums need
+// 16 KiB more.
+constexpr int gn_blocks_per_sm(bool channels_last) { return channels_last ? 2 : 3; }
 // Packs of 16 bytes (or less) per thread per register load.
 constexpr int kGnFwdK = 8;
 constexpr int kGnBwdK = 4;

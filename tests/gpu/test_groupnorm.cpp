@@ -35,6 +35,7 @@
 #include "check.hpp"
 #include "dtype_io.hpp"
 #include "fusednorm.h"
+#include "gpu_util.hpp"
 
 using namespace fnorm_test;
 
@@ -372,6 +373,83 @@ void test_empty(fnorm_handle_t h) {
   fnorm_groupnorm_desc_destroy(gn);
 }
 
+
+// More than 2^31 values ([3, 32, 23000, 1000] bf16, 2.2 G): the last
+// sample's last group (offsets past 2^31) against the float64 reference,
+// forward and backward, in both layouts. FNORM_TEST_SKIP_HUGE=1 leaves it out.
+void test_huge(fnorm_handle_t h) {
+  if (const char *e = std::getenv("FNORM_TEST_SKIP_HUGE"); e && std::string(e) == "1") return;
+  const int64_t N = 3, C = 32, H = 23000, W = 1000, S = H * W, G = 32, E = N * C * S;
+  const fnorm_dtype_t T = FNORM_DTYPE_BFLOAT16;
+  DeviceBuffer x(E * 2), dy(E * 2), y(E * 2), dx(E * 2), mean(N * G * 4), rstd(N * G * 4);
+  CUDA_OK(fill_uniform(T, x.p, E, 11, -1.f, 1.f, S, 2.f, nullptr));
+  CUDA_OK(fill_uniform(T, dy.p, E, 12, -1.f, 1.f, S, 0.f, nullptr));
+  fnorm_groupnorm_desc_t gn;
+  fnorm_groupnorm_desc_create(&gn);
+  fnorm_groupnorm_desc_set(gn, G, 1e-5, FNORM_GN_ACTIVATION_SILU);
+  for (int cl = 0; cl < 2; ++cl) {
+    y.poison();
+    dx.poison();
+    mean.poison();
+    rstd.poison();
+    TDesc xd(T, {N, C, H, W}, cl ? std::vector<int64_t>{S * C, 1, W * C, C} : std::vector<int64_t>{});
+    size_t wf = 0, wb = 0;
+    CHECK_STATUS(fnorm_groupnorm_fwd_workspace_size(h, gn, xd.d, &wf), FNORM_STATUS_SUCCESS);
+    CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn, xd.d, nullptr, nullptr, &wb), FNORM_STATUS_SUCCESS);
+    DeviceBuffer ws(std::max(wf, wb));
+    CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn, xd.d, x.p, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                     xd.d, y.p, static_cast<float *>(mean.p), static_cast<float *>(rstd.p), ws.p, wf),
+                 FNORM_STATUS_SUCCESS);
+    CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn, xd.d, x.p, xd.d, dy.p, static_cast<float *>(mean.p),
+                                     static_cast<float *>(rstd.p), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                     xd.d, dx.p, nullptr, nullptr, nullptr, nullptr, ws.p, wb),
+                 FNORM_STATUS_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    // The last sample on the host (channels-last interleaves its groups).
+    const size_t off = static_cast<size_t>(2 * C * S) * 2, bytes = static_cast<size_t>(C * S) * 2;
+    const auto hx = to_host(x.at(off), bytes), hdy = to_host(dy.at(off), bytes);
+    const auto hy = to_host(y.at(off), bytes), hdx = to_host(dx.at(off), bytes);
+    const auto hm = to_host(mean.p, N * G * 4), hr = to_host(rstd.p, N * G * 4);
+    const int64_t g = G - 1;  // channel 31
+    auto at = [&](int64_t s) { return cl ? s * C + g : g * S + s; };
+    double s1 = 0, s2 = 0;
+    for (int64_t s = 0; s < S; ++s) s1 += load_host(hx.data(), T, at(s));
+    const double mu = s1 / S;
+    for (int64_t s = 0; s < S; ++s) {
+      const double d = load_host(hx.data(), T, at(s)) - mu;
+      s2 += d * d;
+    }
+    const double rs = 1.0 / std::sqrt(s2 / S + 1e-5);
+    float fm, fr;
+    std::memcpy(&fm, &hm[4 * (2 * G + g)], 4);
+    std::memcpy(&fr, &hr[4 * (2 * G + g)], 4);
+    bool ok = close(fm, mu, 1e-5 * (1 + std::fabs(mu)), "huge mean", g) && close(fr, rs, 1e-4 * rs, "huge rstd", g);
+    double sg = 0, sgx = 0, ag = 0;
+    std::vector<double> du(S), xh(S);
+    for (int64_t s = 0; s < S; ++s) {
+      xh[s] = (load_host(hx.data(), T, at(s)) - fm) * fr;
+      const double sgm = sigmoid(xh[s]);
+      du[s] = load_host(hdy.data(), T, at(s)) * sgm * (1 + xh[s] * (1 - sgm));
+      sg += du[s];
+      sgx += du[s] * xh[s];
+      ag += std::fabs(du[s]);
+    }
+    const Tol tl = tol_for(T);
+    for (int64_t s = 0; s < S; ++s) {
+      const double xv = (load_host(hx.data(), T, at(s)) - mu) * rs, yv = xv * sigmoid(xv);
+      ok &= close(load_host(hy.data(), T, at(s)), yv, tl.atol + tl.rtol * std::fabs(yv), "huge y", at(s));
+      const double ref = fr * (du[s] - sg / S - xh[s] * sgx / S);
+      ok &= close(load_host(hdx.data(), T, at(s)), ref, tl.atol * fr * (2 + 2 * ag / S) + tl.rtol * std::fabs(ref),
+                  "huge dx", at(s));
+    }
+    record(ok, __FILE__, __LINE__, cl ? "huge NHWC" : "huge NCHW");
+    std::printf("%s [3,32,23000,1000] bf16 %s silu (last group, offsets past 2^31)\n", ok ? "ok  " : "FAIL",
+                cl ? "NHWC" : "NCHW");
+    std::fflush(stdout);
+  }
+  fnorm_groupnorm_desc_destroy(gn);
+}
+
 }  // namespace
 
 int main() {
@@ -409,6 +487,7 @@ int main() {
     std::fflush(stdout);
   }
   test_empty(h);
+  test_huge(h);
   fnorm_destroy(h);
   return finish("test_groupnorm");
 }
