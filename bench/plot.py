@@ -48,7 +48,7 @@ COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": 
 KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
              "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
              "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd", "hf_train_step",
-             "hf_train_step_profile"}
+             "hf_train_step_profile", "groupnorm_fwd", "groupnorm_bwd", "groupnorm_fwd_bwd"}
 
 
 def title(res: dict, what: str, rows=()) -> str:
@@ -403,6 +403,45 @@ def plot_hf(res: dict, stem: str) -> None:
     save(fig, f"{stem}-hf.png")
 
 
+def plot_groupnorm(res: dict, stem: str) -> None:
+    """GroupNorm: % of the copy bandwidth per shape and layout, forward and
+    backward (SiLU; the backward with and without the weight gradients)."""
+    rows = [r for r in res["rows"] if r["op"] in ("groupnorm_fwd", "groupnorm_bwd") and r.get("pct_copy")]
+    if not rows:
+        return
+    cases = []
+    for r in rows:
+        key = (shape_str(r["shape"]), r["layout"])
+        if key not in cases:
+            cases.append(key)
+    labels = [f"{s} {lay}" for s, lay in cases]
+
+    def pick(op, epi, wg=None):
+        got = {}
+        for r in rows:
+            if r["op"] == op and r["epilogue"] == epi and (wg is None or r.get("weight_grads") == wg):
+                got[(shape_str(r["shape"]), r["layout"])] = r["pct_copy"]
+        return [got.get(c) for c in cases]
+
+    series = [("forward, SiLU", COLORS["ours"], pick("groupnorm_fwd", "silu")),
+              ("backward, SiLU (dx)", COLORS["oneflow"], pick("groupnorm_bwd", "silu", False)),
+              ("backward, SiLU (dx, dgamma, dbeta)", COLORS["torch"], pick("groupnorm_bwd", "silu", True))]
+    fig, ax = plt.subplots(figsize=SIZE)
+    w = 0.8 / len(series)
+    for j, (name, color, vals) in enumerate(series):
+        pos = [i + (j - (len(series) - 1) / 2) * w for i, v in enumerate(vals) if v]
+        ax.bar(pos, [v for v in vals if v], w, label=name, color=color)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("% of the copy bandwidth (fwd: read x + write y; bwd: read x, dy + write dx)", fontsize=8)
+    ax.axhline(80, color="gray", linestyle="--", linewidth=0.8)  # issue 38's target
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7)
+    fig.suptitle(title(res, "GroupNorm (bf16, 32 groups), ours against the copy", rows), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-groupnorm.png")
+
+
 def plot_other(res: dict, stem: str) -> None:
     rows = [r for r in res["rows"] if r["op"] not in KNOWN_OPS and r.get("vs_torch")]
     if not rows:
@@ -433,6 +472,7 @@ def main() -> int:
         plot_linear(res, stem)
         plot_other(res, stem)
         plot_hf(res, stem)
+        plot_groupnorm(res, stem)
     return 0
 
 
