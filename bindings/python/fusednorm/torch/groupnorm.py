@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _ops
+from . import hf
 from . import modules as M
 
 __all__ = ["GroupNorm", "group_norm"]
@@ -134,16 +135,6 @@ def _body(cls) -> Optional[str]:
     return re.sub(r"\s+", "", re.sub(r"#[^\n]*", "", src))
 
 
-def _in_order(body, pattern) -> bool:
-    pos = 0
-    for stmt in pattern:
-        i = body.find(stmt, pos)
-        if i < 0:
-            return False
-        pos = i + len(stmt)
-    return True
-
-
 _RESNET = ("hidden_states=input_tensor", "hidden_states=self.norm1(hidden_states)",
            "hidden_states=self.nonlinearity(hidden_states)", "ifself.upsampleisnotNone:",
            "input_tensor=self.upsample(input_tensor)", "hidden_states=self.upsample(hidden_states)",
@@ -243,8 +234,7 @@ def fuse_diffusers(model: nn.Module, report) -> int:
                     and _silu_module(getattr(mod, "nonlinearity", None))):
                 report.left.append((name, cls.__name__, "norms or nonlinearity are not GroupNorm / SiLU (not fused)"))
                 continue
-            body = _body(cls)
-            if body is None or not _in_order(body, _RESNET):
+            if not hf._source_matches(cls, _RESNET):
                 report.left.append((name, cls.__name__, "forward differs from the known ResnetBlock2D (not fused)"))
                 continue
             mod.__class__ = _fused_class(cls)

@@ -25,32 +25,8 @@ use fusednorm_testkit::check::{compare, Rng};
 use fusednorm_testkit::cuda::{self, DeviceBuffer};
 use fusednorm_testkit::half::Dt;
 
-fn gpu(test: &str) -> Option<Handle> {
-    if cuda::device_count() == 0 {
-        println!("SKIP: {test}: no CUDA device (cudaGetDeviceCount reports none or no driver)");
-        return None;
-    }
-    match Handle::new() {
-        Ok(h) => Some(h),
-        Err(e) if e.category() == Category::NoDevice => {
-            println!("SKIP: {test}: {e}");
-            None
-        }
-        Err(e) => panic!("fnorm_create: {e}"),
-    }
-}
-
-fn dtype(d: Dt) -> Dtype {
-    match d {
-        Dt::F32 => Dtype::F32,
-        Dt::F16 => Dtype::F16,
-        Dt::BF16 => Dtype::BF16,
-    }
-}
-
-fn quant(dt: Dt, v: Vec<f64>) -> Vec<f64> {
-    v.into_iter().map(|x| dt.quantize(x)).collect()
-}
+mod common;
+use common::*;
 
 /// A device tensor of `dt`: uploaded values, or `n` poisoned elements, `off`
 /// elements past the start of its allocation.
