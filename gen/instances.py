@@ -180,11 +180,26 @@ def batchnorm_instances(dtypes) -> list[Instance]:
     return [Instance("batchnorm", dt, pack, "all") for dt in dtypes for pack in packs_for(dt)]
 
 
+# GroupNorm: one table per dtype of every (pack, layout, pass) kernel
+# (gn_kernels.cuh); the packs are those gn_plan.cpp's packs_of tries: the
+# widest (MAX_PACK_BYTES), for types narrower than 4 bytes also half of it,
+# and 1.
+def groupnorm_packs(dtype: str) -> list[int]:
+    size = DTYPES[dtype][2]
+    widest = MAX_PACK_BYTES // size
+    return sorted({widest, widest // 2 if size < 4 else widest, 1}, reverse=True)
+
+
+def groupnorm_instances(dtypes) -> list[Instance]:
+    return [Instance("groupnorm", dt, pack, "all") for dt in dtypes for pack in groupnorm_packs(dt)]
+
+
 # op -> (instance function, template rendering one .cu file per dtype)
 OPS = {
     "norm_fwd": (norm_fwd_instances, "norm_fwd.cu.jinja"),
     "norm_bwd": (norm_bwd_instances, "norm_bwd.cu.jinja"),
     "batchnorm": (batchnorm_instances, "batchnorm.cu.jinja"),
+    "groupnorm": (groupnorm_instances, "groupnorm.cu.jinja"),
 }
 
 

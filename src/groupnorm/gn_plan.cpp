@@ -47,7 +47,7 @@ const GnInstance *gn_instance(fnorm_dtype_t dtype, int pack, bool channels_last,
 
 namespace {
 
-// The packs compiled for a dtype, widest first (gn_kernels_<dtype>.cu).
+// The packs compiled for a dtype, widest first (gen/instances.py groupnorm_packs).
 int packs_of(int64_t dtype, int (&out)[3]) {
   if (dtype == FNORM_DTYPE_FLOAT32) {
     out[0] = 4, out[1] = 1;

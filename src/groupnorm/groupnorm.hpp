@@ -135,7 +135,7 @@ struct GnParams {
   GnGeometry geo;
 };
 
-// One compiled kernel (gn_kernels_<dtype>.cu).
+// One compiled kernel (groupnorm_<dtype>.cu, generated from gen/instances.py).
 struct GnInstance {
   fnorm_dtype_t dtype;
   int pack;
