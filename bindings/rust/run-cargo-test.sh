@@ -35,6 +35,12 @@ python3 gen/rust_sys.py --check || exit 1
 # (the verify step builds each from its .crate against this build tree), and
 # their docs build as docs.rs does, with DOCS_RS set and no library at all.
 echo "cargo package (fusednorm-sys, fusednorm):"
+# cargo unpacks each packaged crate once per registry path and reuses that
+# copy when the same path is packaged again (a rebuilt build tree, a CI clone
+# at the same place): a stale copy of these two crates would then be
+# verified in place of today's. Only this project's crates are removed.
+cargo_home=${CARGO_HOME:-${HOME:-/root}/.cargo}
+rm -rf "$cargo_home"/registry/src/*/fusednorm-sys-[0-9]* "$cargo_home"/registry/src/*/fusednorm-[0-9]*
 "$cargo" package --workspace --exclude fusednorm-testkit --offline --allow-dirty 2>&1 | grep -E "Packaged|Verifying|error|Finished" || exit 1
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 echo "docs as docs.rs builds them (DOCS_RS=1, no libfusednorm to find):"
