@@ -23,6 +23,7 @@
 #include "core/tuning.hpp"
 #include "fake_handle.hpp"
 #include "fusednorm.h"
+#include "groupnorm/groupnorm.hpp"
 #if FNORM_HAVE_CUBLASLT
 #include "linear/linear.hpp"
 #endif
@@ -40,6 +41,11 @@ struct Bn {
   fnorm_batchnorm_desc_t d = nullptr;
   Bn() { fnorm_batchnorm_desc_create(&d); }
   ~Bn() { fnorm_batchnorm_desc_destroy(d); }
+};
+struct Gn {
+  fnorm_groupnorm_desc_t d = nullptr;
+  Gn() { fnorm_groupnorm_desc_create(&d); }
+  ~Gn() { fnorm_groupnorm_desc_destroy(d); }
 };
 
 // Distinct 64 KiB-apart, 256-byte aligned regions: slot i at arena + i * 64 KiB.
@@ -249,6 +255,67 @@ void test_batchnorm_overlaps(bool sync) {
               }});
 }
 
+// GroupNorm: y may be x; dx may be dy or x (api/fusednorm.h). Both
+// layouts, both activations, w / ss in fp32 and x's dtype.
+void test_groupnorm_overlaps() {
+  fnorm_handle *h = fake_handle();
+  Gn gn;
+  Desc x, w, ss;
+  w.set(FNORM_DTYPE_FLOAT32, {8});
+  ss.set(FNORM_DTYPE_FLOAT16, {4, 8}, {16, 1});  // a half of temb.chunk(2, 1)
+  struct Variant {
+    const char *name;
+    std::vector<int64_t> strides;
+    fnorm_gn_activation_t act;
+  };
+  for (const Variant &v : {Variant{"NCHW", {}, FNORM_GN_ACTIVATION_NONE},
+                           Variant{"NHWC, SiLU", {72, 1, 24, 8}, FNORM_GN_ACTIVATION_SILU}}) {
+    CHECK_STATUS(fnorm_groupnorm_desc_set(gn.d, 4, 1e-6, v.act), FNORM_STATUS_SUCCESS);
+    CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3}, v.strides), FNORM_STATUS_SUCCESS);
+    const std::string suffix = std::string(" (") + v.name + ")";
+    run_matrix({"fnorm_groupnorm_fwd" + suffix,
+                {"x", "gamma", "beta", "scale", "shift", "y", "mean", "rstd", "workspace"},
+                {"y", "mean", "rstd", "workspace"},
+                {{"y", "x"}},
+                [&](const std::map<std::string, void *> &p) {
+                  return guarded([&] {
+                    const fnorm::GnFwdArgs a{p.at("x"),    p.at("gamma"), p.at("beta"),
+                                             p.at("scale"), p.at("shift"), p.at("y"),
+                                             static_cast<float *>(p.at("mean")), static_cast<float *>(p.at("rstd")),
+                                             p.at("workspace"), 4096};
+                    const fnorm::GnProblem pb = fnorm::GnFwd::describe({gn.d, x.d, w.d, ss.d, x.d}, &a);
+                    fnorm::check_call<fnorm::GnFwd>(h, pb, a);
+                  });
+                }});
+    run_matrix({"fnorm_groupnorm_bwd" + suffix,
+                {"x", "dy", "mean", "rstd", "gamma", "beta", "scale", "shift", "dx", "dgamma", "dbeta", "dscale",
+                 "dshift", "workspace"},
+                {"dx", "dgamma", "dbeta", "dscale", "dshift", "workspace"},
+                {{"dx", "dy"}, {"dx", "x"}},
+                [&](const std::map<std::string, void *> &p) {
+                  return guarded([&] {
+                    const fnorm::GnBwdArgs a{p.at("x"),
+                                             p.at("dy"),
+                                             static_cast<const float *>(p.at("mean")),
+                                             static_cast<const float *>(p.at("rstd")),
+                                             p.at("gamma"),
+                                             p.at("beta"),
+                                             p.at("scale"),
+                                             p.at("shift"),
+                                             p.at("dx"),
+                                             p.at("dgamma"),
+                                             p.at("dbeta"),
+                                             p.at("dscale"),
+                                             p.at("dshift"),
+                                             p.at("workspace"),
+                                             4096};
+                    const fnorm::GnProblem pb = fnorm::GnBwd::describe({gn.d, x.d, x.d, w.d, ss.d, x.d}, &a);
+                    fnorm::check_call<fnorm::GnBwd>(h, pb, a);
+                  });
+                }});
+  }
+}
+
 #if FNORM_HAVE_CUBLASLT
 void test_linear_overlaps() {
   fnorm_handle *h = fake_handle();
@@ -351,6 +418,61 @@ void test_abi_refuses_named_pairs() {
                                          reinterpret_cast<unsigned char *>(rv) - 16, pws, 1 << 16),
                FNORM_STATUS_BAD_PARAM);  // y over running_var
   CHECK(mentions("'y'") && mentions("'running_var'"));
+}
+
+// GroupNorm through the C ABI: the forbidden pairs are BAD_PARAM naming both
+// before any device work; the in-place pairs pass the overlap rule and are
+// refused only for the workspace they were not given (also before any
+// device work: the size is known without the device).
+void test_abi_groupnorm_pairs() {
+  fnorm_handle *h = fake_handle();
+  Gn gn;
+  CHECK_STATUS(fnorm_groupnorm_desc_set(gn.d, 4, 1e-6, FNORM_GN_ACTIVATION_SILU), FNORM_STATUS_SUCCESS);
+  Desc x, w, ss;
+  x.set(FNORM_DTYPE_FLOAT16, {4, 8, 3, 3});
+  w.set(FNORM_DTYPE_FLOAT16, {8});
+  ss.set(FNORM_DTYPE_FLOAT32, {4, 8});
+  unsigned char *px = static_cast<unsigned char *>(slot(0)), *py = static_cast<unsigned char *>(slot(1));
+  unsigned char *pg = static_cast<unsigned char *>(slot(2)), *pb = static_cast<unsigned char *>(slot(3));
+  unsigned char *ps = static_cast<unsigned char *>(slot(4)), *pt = static_cast<unsigned char *>(slot(5));
+  float *mean = static_cast<float *>(slot(6)), *rstd = static_cast<float *>(slot(7));
+  unsigned char *pws = static_cast<unsigned char *>(slot(8));
+  auto fwd = [&](void *y, float *m, float *r, void *ws, size_t bytes) {
+    return fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, px, w.d, pg, pb, ss.d, ps, pt, x.d, y, m, r, ws, bytes);
+  };
+  CHECK_STATUS(fwd(py, mean, mean, pws, 4096), FNORM_STATUS_BAD_PARAM);  // rstd == mean
+  CHECK(mentions("'mean'") && mentions("'rstd'"));
+  CHECK_STATUS(fwd(pg + 2, mean, rstd, pws, 4096), FNORM_STATUS_BAD_PARAM);  // y over gamma
+  CHECK(mentions("'gamma'") && mentions("'y'"));
+  CHECK_STATUS(fwd(py, reinterpret_cast<float *>(pt), rstd, pws, 4096), FNORM_STATUS_BAD_PARAM);  // mean == shift
+  CHECK(mentions("'mean'") && mentions("'shift'"));
+  CHECK_STATUS(fwd(py, mean, rstd, py, 4096), FNORM_STATUS_BAD_PARAM);  // workspace == y
+  CHECK(mentions("'workspace'") && mentions("'y'"));
+  CHECK_STATUS(fwd(px, mean, rstd, nullptr, 0), FNORM_STATUS_INSUFFICIENT_WORKSPACE);  // y == x: in place
+  CHECK(mentions("workspace_bytes"));
+
+  unsigned char *pdy = static_cast<unsigned char *>(slot(9)), *pdx = static_cast<unsigned char *>(slot(10));
+  unsigned char *pdg = static_cast<unsigned char *>(slot(11)), *pdb = static_cast<unsigned char *>(slot(12));
+  unsigned char *pds = static_cast<unsigned char *>(slot(13)), *pdt = static_cast<unsigned char *>(slot(14));
+  auto bwd = [&](const float *m, void *dx, void *dg, void *db, void *ds, void *dt, void *ws, size_t bytes) {
+    return fnorm_groupnorm_bwd(h, nullptr, gn.d, x.d, px, x.d, pdy, m, rstd, w.d, pg, pb, ss.d, ps, pt, x.d, dx, dg,
+                               db, ds, dt, ws, bytes);
+  };
+  CHECK_STATUS(bwd(mean, pdx, px, pdb, pds, pdt, pws, 4096), FNORM_STATUS_BAD_PARAM);  // dgamma == x
+  CHECK(mentions("'dgamma'") && mentions("'x'"));
+  CHECK_STATUS(bwd(mean, pdx, pdg, pdb, pds, pds, pws, 4096), FNORM_STATUS_BAD_PARAM);  // dshift == dscale
+  CHECK(mentions("'dscale'") && mentions("'dshift'"));
+  CHECK_STATUS(bwd(reinterpret_cast<float *>(pdx), pdx, pdg, pdb, pds, pdt, pws, 4096),
+               FNORM_STATUS_BAD_PARAM);  // mean == dx
+  CHECK(mentions("'mean'") && mentions("'dx'"));
+  CHECK_STATUS(bwd(mean, pdx, pdg, pdb, pds, pdt, pdx + 16, 4096), FNORM_STATUS_BAD_PARAM);  // workspace over dx
+  CHECK(mentions("'workspace'") && mentions("'dx'"));
+  CHECK_STATUS(bwd(mean, pdx, pdg, pdb, ps, pdt, pws, 4096), FNORM_STATUS_BAD_PARAM);  // dscale == scale
+  CHECK(mentions("'dscale'") && mentions("'scale'"));
+  CHECK_STATUS(bwd(mean, pdy, pdg, pdb, pds, pdt, nullptr, 0), FNORM_STATUS_INSUFFICIENT_WORKSPACE);  // dx == dy
+  CHECK(mentions("workspace_bytes"));
+  CHECK_STATUS(bwd(mean, px, pdg, pdb, pds, pdt, nullptr, 0), FNORM_STATUS_INSUFFICIENT_WORKSPACE);  // dx == x
+  CHECK(mentions("workspace_bytes"));
 }
 
 // ---- empty tensors ------------------------------------------------------------
@@ -472,6 +594,84 @@ void test_empty_batchnorm() {
                                          x.d, nullptr, nullptr, 0),
                FNORM_STATUS_BAD_PARAM_NULL_POINTER);
   CHECK(mentions("running_mean"));
+}
+
+// GroupNorm: N = 0 or no spatial values is empty (C = 0 is a shape error:
+// no group count divides it).
+void test_empty_groupnorm() {
+  fnorm_handle *h = fake_handle();
+  Gn gn;
+  CHECK_STATUS(fnorm_groupnorm_desc_set(gn.d, 4, 1e-5, FNORM_GN_ACTIVATION_SILU), FNORM_STATUS_SUCCESS);
+  Desc x, w, ss;
+  w.set(FNORM_DTYPE_FLOAT32, {8});
+  size_t ws = 99;
+  for (const std::vector<int64_t> &dims : {std::vector<int64_t>{0, 8, 3, 3}, {4, 8, 0}, {2, 8, 3, 0}}) {
+    x.set(FNORM_DTYPE_FLOAT16, dims);
+    ss.set(FNORM_DTYPE_FLOAT16, {dims[0], 8});
+    CHECK_STATUS(fnorm_groupnorm_fwd_workspace_size(h, gn.d, x.d, &ws), FNORM_STATUS_SUCCESS);
+    CHECK_EQ(ws, size_t{0});
+    ws = 99;
+    CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, w.d, ss.d, &ws), FNORM_STATUS_SUCCESS);
+    CHECK_EQ(ws, size_t{0});
+    // No memory behind an empty tensor: NULL data pointers are accepted,
+    // nothing is enqueued (the fake handle has no device to enqueue on).
+    CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, w.d, slot(0), slot(1), ss.d, slot(2), slot(3),
+                                     x.d, nullptr, nullptr, nullptr, nullptr, 0),
+                 FNORM_STATUS_SUCCESS);
+    CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn.d, x.d, nullptr, x.d, nullptr, nullptr, nullptr, w.d, slot(0),
+                                     slot(1), ss.d, slot(2), slot(3), x.d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                     nullptr, 0),
+                 FNORM_STATUS_SUCCESS);
+  }
+  // The arguments that stay meaningful are still validated.
+  x.set(FNORM_DTYPE_FLOAT16, {2, 8, 0});
+  ss.set(FNORM_DTYPE_FLOAT16, {2, 8});
+  Desc wrong;
+  wrong.set(FNORM_DTYPE_FLOAT32, {7});
+  CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, wrong.d, slot(0), nullptr, nullptr, nullptr,
+                                   nullptr, x.d, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("w_desc"));
+  Desc y;
+  y.set(FNORM_DTYPE_FLOAT16, {2, 8, 1});
+  CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, y.d, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("y_desc"));
+  CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, nullptr, slot(0), nullptr, nullptr, nullptr,
+                                   nullptr, x.d, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_NULL_POINTER);
+  CHECK(mentions("w_desc"));
+  // Sums over no values still go to outputs that must not overlap.
+  CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn.d, x.d, nullptr, x.d, nullptr, nullptr, nullptr, w.d, nullptr,
+                                   nullptr, nullptr, nullptr, nullptr, x.d, nullptr, slot(0), slot(0), nullptr,
+                                   nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'dgamma'") && mentions("'dbeta'"));
+  CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn.d, x.d, nullptr, x.d, nullptr, nullptr, nullptr, w.d, nullptr,
+                                   nullptr, nullptr, nullptr, nullptr, x.d, nullptr,
+                                   static_cast<unsigned char *>(slot(0)) + 1, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'dgamma'"));
+  Desc ssov;
+  ssov.set(FNORM_DTYPE_FLOAT16, {2, 8}, {4, 1});  // rows 4 apart over 8 columns
+  CHECK_STATUS(fnorm_groupnorm_bwd(h, nullptr, gn.d, x.d, nullptr, x.d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, ssov.d, nullptr, nullptr, x.d, nullptr, nullptr, nullptr, slot(0),
+                                   nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM);
+  CHECK(mentions("'dscale'"));
+  CHECK_STATUS(fnorm_groupnorm_desc_set(gn.d, 3, 1e-5, FNORM_GN_ACTIVATION_NONE), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, x.d, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("'gn'"));
+  x.set(FNORM_DTYPE_FLOAT16, {4, 0, 3});
+  CHECK_STATUS(fnorm_groupnorm_fwd_workspace_size(h, gn.d, x.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("x_desc"));
+  CHECK_STATUS(fnorm_groupnorm_fwd(h, nullptr, gn.d, x.d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, x.d, nullptr, nullptr, nullptr, nullptr, 0),
+               FNORM_STATUS_BAD_PARAM_SHAPE);
+  CHECK(mentions("x_desc"));
 }
 
 #if FNORM_HAVE_CUBLASLT
@@ -608,13 +808,16 @@ int main() {
   test_norm_overlaps();
   test_batchnorm_overlaps(false);
   test_batchnorm_overlaps(true);
+  test_groupnorm_overlaps();
 #if FNORM_HAVE_CUBLASLT
   test_linear_overlaps();
 #endif
   test_abi_refuses_named_pairs();
+  test_abi_groupnorm_pairs();
   test_empty_descriptors();
   test_empty_norm();
   test_empty_batchnorm();
+  test_empty_groupnorm();
 #if FNORM_HAVE_CUBLASLT
   test_empty_linear();
 #endif
