@@ -855,6 +855,9 @@ FNORM_API fnorm_status_t fnorm_groupnorm_desc_get(fnorm_groupnorm_desc_t desc, i
  *  device needs to be filled (batch 1 with 32 groups runs on every SM), and
  *  combined in a fixed order: the same bits run to run on the same device. */
 
+/* GroupNorm plans problems of fewer than 2^48 elements (NOT_SUPPORTED
+ * beyond: more than any device holds). */
+
 /** Scratch bytes fnorm_groupnorm_fwd needs (per-split partial statistics and
  *  their counters) on the handle's device; depends on the descriptor, x_desc
  *  and the device's properties only. Touches no GPU.

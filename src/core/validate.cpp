@@ -125,7 +125,8 @@ namespace {
 bool overlap(const Buffer &a, const Buffer &b) {
   if (a.ptr == nullptr || b.ptr == nullptr || a.bytes == 0 || b.bytes == 0) return false;
   const uintptr_t pa = reinterpret_cast<uintptr_t>(a.ptr), pb = reinterpret_cast<uintptr_t>(b.ptr);
-  return pa < pb + b.bytes && pb < pa + a.bytes;
+  // Distances, not end addresses: an extent near SIZE_MAX must not wrap.
+  return pa >= pb ? pa - pb < b.bytes : pb - pa < a.bytes;
 }
 
 bool allowed_pair(const Buffer &a, const Buffer &b, const CallBuffers &call) {

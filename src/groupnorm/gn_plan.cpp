@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/arith.hpp"
 #include "core/op.hpp"
 #include "core/validate.hpp"
 #include "groupnorm/groupnorm.hpp"
@@ -62,8 +63,6 @@ int packs_of(int64_t dtype, int (&out)[3]) {
 bool layout_allows(const GnProblem &pb, int pack) {
   return (pb.channels_last ? pb.c : pb.s) % pack == 0;
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Resident blocks of the persistent grid.
 int64_t resident_blocks(const DeviceInfo &dev, const GnProblem &pb) {
@@ -139,7 +138,14 @@ void plan_channels_first(const GnProblem &pb, int pack, int kmax, GnGeometry &g)
 }
 
 // The geometry and the workspace of (problem, pack) for `resident` blocks.
+// The planner's products (slots, tiles, workspace regions) stay far from
+// int64's range below this many elements; no device holds a tensor this
+// large (2^48 16-bit values are 512 TiB).
+constexpr int64_t kGnMaxElements = int64_t{1} << 48;
+
 GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
+  FNORM_REQUIRE(pb.elements() < kGnMaxElements, FNORM_STATUS_NOT_SUPPORTED,
+                "argument 'x_desc' has %lld elements; GroupNorm plans at most 2^48", static_cast<long long>(pb.elements()));
   GnPlan plan;
   GnGeometry &g = plan.geo;
   const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
