@@ -53,6 +53,10 @@ Tuning tuning_from_env() {
   Tuning t;
   t.check_pointers = flag("FNORM_CHECK_POINTERS");
   if (const char *v = std::getenv("FNORM_NORM_FWD_PLAN")) parse_norm_fwd(v, t.norm_fwd);
+  if (const char *v = std::getenv("FNORM_GN_TILE_K")) {
+    const long k = std::strtol(v, nullptr, 10);
+    if (k > 0 && k <= 8) t.gn_tile_k = static_cast<int>(k);
+  }
   t.bn_persist_gather_all = flag("FNORM_BN_PERSIST_GATHER_ALL");
   t.linear_unfused = flag("FNORM_LINEAR_UNFUSED");
   if (const char *v = std::getenv("FNORM_LINEAR_FWD_AUX")) {

@@ -31,6 +31,11 @@ struct Tuning {
     char bad_item[32] = "";  // the first item that did not parse ("" when all did)
   } norm_fwd;
 
+  // FNORM_GN_TILE_K=N (1..8): GroupNorm's tiles of at most N packs per
+  // thread (groupnorm/gn_plan.cpp; the pass's most: 8 forward, 4
+  // backward); 0 or unset: the planner's.
+  int gn_tile_k = 0;
+
   // FNORM_BN_PERSIST_GATHER_ALL=1: the BatchNorm one-launch kernel's gather
   // combine at every size (batchnorm/bn_persistent.cuh).
   bool bn_persist_gather_all = false;

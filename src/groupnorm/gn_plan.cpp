@@ -64,9 +64,15 @@ bool layout_allows(const GnProblem &pb, int pack) {
   return (pb.channels_last ? pb.c : pb.s) % pack == 0;
 }
 
-// Resident blocks of the persistent grid.
-int64_t resident_blocks(const DeviceInfo &dev, const GnProblem &pb) {
-  return static_cast<int64_t>(dev.sm_count) * gn_blocks_per_sm(pb.channels_last != 0);
+// What the planner is given besides the problem: the resident blocks of
+// the persistent grid and the handle's tile override (FNORM_GN_TILE_K, 0:
+// none).
+struct GnBudget {
+  int64_t resident = 1;
+  int tile_k = 0;
+};
+GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
+  return GnBudget{static_cast<int64_t>(h->info.sm_count) * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k};
 }
 
 // Channels-last: the groups per unit. Its row segments should be whole
@@ -143,13 +149,15 @@ void plan_channels_first(const GnProblem &pb, int pack, int kmax, GnGeometry &g)
 // large (2^48 16-bit values are 512 TiB).
 constexpr int64_t kGnMaxElements = int64_t{1} << 48;
 
-GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
+GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
+  const int64_t resident = bud.resident;
   FNORM_REQUIRE(pb.elements() < kGnMaxElements, FNORM_STATUS_NOT_SUPPORTED,
                 "argument 'x_desc' has %lld elements; GroupNorm plans at most 2^48", static_cast<long long>(pb.elements()));
   GnPlan plan;
   GnGeometry &g = plan.geo;
   const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
-  const int kmax = bwd ? kGnBwdK : kGnFwdK;
+  const int most = bwd ? kGnBwdK : kGnFwdK;
+  const int kmax = bud.tile_k > 0 ? std::min(bud.tile_k, most) : most;
   g.pack = pack;
   if (pb.channels_last)
     plan_channels_last(pb, pack, kmax, resident, g);
@@ -167,8 +175,9 @@ GnPlan plan_of(const GnProblem &pb, int pack, int64_t resident) {
   plan.shape.grid = std::min<int64_t>(resident, total);
   plan.shape.block = kGnThreads;
   plan.shape.blocks_per_sm = gn_blocks_per_sm(pb.channels_last != 0);
-  // Two tiles in shared memory: kmax packs per thread of x (and dy).
-  plan.shape.smem = 2 * static_cast<size_t>(kmax) * kGnThreads * pack *
+  // Two tiles in shared memory: the kernel's most packs per thread of x
+  // (and dy), whatever the override.
+  plan.shape.smem = 2 * static_cast<size_t>(most) * kGnThreads * pack *
                     dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)) * (bwd ? 2 : 1);
 
   GnWorkspace &w = plan.ws;
@@ -208,7 +217,7 @@ size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb) {
   const int np = packs_of(pb.dtype, packs);
   size_t most = 0;
   for (int i = 0; i < np; ++i)
-    if (layout_allows(pb, packs[i])) most = std::max(most, plan_of(pb, packs[i], resident_blocks(h->info, pb)).ws.total);
+    if (layout_allows(pb, packs[i])) most = std::max(most, plan_of(pb, packs[i], budget_of(h, pb)).ws.total);
   return most;
 }
 
@@ -218,7 +227,7 @@ GnPlan gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
   FNORM_REQUIRE(inst != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
                 "dtype %s was left out of this build (meson option 'dtypes')",
                 dtype_name(static_cast<fnorm_dtype_t>(pb.dtype)));
-  GnPlan plan = plan_of(pb, pack, resident_blocks(h->info, pb));
+  GnPlan plan = plan_of(pb, pack, budget_of(h, pb));
   plan.instance = inst;
   plan.sizes.workspace = plan.ws.total;
   int per_sm = 0;
@@ -238,7 +247,7 @@ GnPlan GnFwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
 // The workspace is known without the device: a short one is refused before
 // the plan asks the device for the kernel's occupancy.
 Sizes GnFwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
-  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info, pb)).ws.total, 0};
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), budget_of(h, pb)).ws.total, 0};
 }
 
 GnPtrs GnBwd::pointer_class(fnorm_handle *, const GnProblem &pb, const GnBwdArgs &a) {
@@ -248,7 +257,7 @@ GnPlan GnBwd::plan(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
   return gn_plan(h, pb, static_cast<int>(ptrs.pack));
 }
 Sizes GnBwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
-  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), resident_blocks(h->info, pb)).ws.total, 0};
+  return Sizes{plan_of(pb, static_cast<int>(ptrs.pack), budget_of(h, pb)).ws.total, 0};
 }
 
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {

@@ -14,8 +14,10 @@
 // beta in [-1.5, 1.5]; scale in [-0.5, 0.5], shift in [-1, 1]; dy in
 // [-1, 1); all rounded to their dtypes, the reference reading them as stored.
 // Tolerances (|got - ref| <= bound):
-//   y:     atol_T + rtol_T |ref|  with (atol, rtol) = fp32 (5e-5, 5e-5),
-//          fp16 (2e-3, 2e-3), bf16 (1.6e-2, 1.6e-2) (y rounded once to T)
+//   y:     atol_T + rtol_T |ref| + 8 eps32 max|x|_group rstd |gamma'|
+//          with (atol, rtol) = fp32 (5e-5, 5e-5), fp16 (2e-3, 2e-3), bf16
+//          (1.6e-2, 1.6e-2) (y rounded once to T; the last term the fp32
+//          affine form's cancellation where rstd is large)
 //   mean:  1e-5 (1 + |mean|); rstd: 1e-4 relative
 //   dx:    atol_T * D + rtol_T |ref|, D = rstd_g * max over the group of
 //          (|g| + mean|g| + |x_hat| mean|g x_hat|) (the terms dx adds)
@@ -183,12 +185,16 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
   // Forward reference.
   const Tol tl = tol_for(T);
   bool ok = true;
-  std::vector<double> rmean(N * G), rrstd(N * G);
+  std::vector<double> rmean(N * G), rrstd(N * G), rmax(N * G);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) {
-      double s1 = 0, s2 = 0;
+      double s1 = 0, s2 = 0, mx = 0;
       for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c)
-        for (int64_t s = 0; s < S; ++s) s1 += load_host(hx.data(), T, idx(n, c, s));
+        for (int64_t s = 0; s < S; ++s) {
+          s1 += load_host(hx.data(), T, idx(n, c, s));
+          mx = std::max(mx, std::fabs(load_host(hx.data(), T, idx(n, c, s))));
+        }
+      rmax[n * G + g] = mx;
       const double m = s1 / (Cg * S);
       for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c)
         for (int64_t s = 0; s < S; ++s) {
@@ -211,7 +217,11 @@ bool run_case(fnorm_handle_t h, const Case &k, std::mt19937_64 &rng) {
         double v = (load_host(hx.data(), T, i) - rmean[gi]) * rrstd[gi] * gamma(c) + beta(c);
         v = v * (1 + scale(n, c)) + shift(n, c);
         if (k.silu) v = v * sigmoid(v);
-        ok &= close(load_host(hy.data(), T, i), v, tl.atol + tl.rtol * std::fabs(v), "y", i);
+        // y = x * (rstd gamma') + (beta' - mean rstd gamma') in fp32: each
+        // term carries |x| rstd |gamma'| 2^-24, large where the group's
+        // variance is small beside eps (PyTorch's kernel computes alike).
+        const double cond = 8 * 1.1920929e-7 * rmax[gi] * rrstd[gi] * std::fabs(gamma(c) * (1 + scale(n, c)));
+        ok &= close(load_host(hy.data(), T, i), v, tl.atol + tl.rtol * std::fabs(v) + cond, "y", i);
       }
     }
   // Determinism: a second forward gives the same bits (not in place).

@@ -796,9 +796,19 @@ def quant_case(r: random.Random) -> str:
 # GroupNorm (+ SiLU, + per-sample scale / shift)
 # ---------------------------------------------------------------------------
 def gn_reference(x, groups, w, b, sc, sh, eps, silu):
-    """float64: (v0 = group_norm, v = v0 * (1 + scale) + shift, y)."""
-    v0 = F.group_norm(x, groups, w, b, eps)
+    """float64: (v0 = group_norm, v = v0 * (1 + scale) + shift, y). The
+    statistics from x's groups directly: F.group_norm refuses one value per
+    group (its batch-size check for training), which the library computes
+    (mean = x, variance 0)."""
     shape = (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2)
+    xg = x.reshape(x.shape[0], groups, -1)
+    mean = xg.mean(dim=2, keepdim=True)
+    var = ((xg - mean) ** 2).mean(dim=2, keepdim=True)
+    v0 = ((xg - mean) / torch.sqrt(var + eps)).reshape(x.shape)
+    if w is not None:
+        v0 = v0 * w.reshape((1, -1) + (1,) * (x.dim() - 2))
+    if b is not None:
+        v0 = v0 + b.reshape((1, -1) + (1,) * (x.dim() - 2))
     v = v0
     if sc is not None:
         v = v * (1 + sc.reshape(shape))
