@@ -326,6 +326,39 @@ class Linears(unittest.TestCase):
                             close(self, p1.grad, p2.grad, dtype, tag + f" d{n}", scale=4)
 
 
+class RegisteredOpsUnderAutocast(unittest.TestCase):
+    """The registered ops (what compiled graphs and the modules' paths other
+    than the eager entries call) under torch.autocast give torch's dtypes:
+    layer_norm and group_norm on autocast's float32 list, rms_norm in x's
+    dtype, linear in the autocast dtype. (Their autocast kernels once asked
+    is_autocast_enabled() under their own key's exclusion, read False and
+    ran uncast.)"""
+
+    def test_dtypes_and_values(self):
+        from fusednorm.torch import modules as M
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        x = torch.randn(8, 64, device=DEV, dtype=torch.bfloat16)
+        w, b = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
+        x4 = torch.randn(2, 16, 5, 3, device=DEV, dtype=torch.bfloat16)
+        g4, b4 = torch.randn(16, device=DEV), torch.randn(16, device=DEV)
+        xl = torch.randn(8, 64, device=DEV)
+        wl, bl = torch.randn(32, 64, device=DEV), torch.randn(32, device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            got = {"layer_norm": torch.ops.fusednorm.norm(x, w, b, M._LAYERNORM, 1, 1e-5, 0),
+                   "rms_norm": torch.ops.fusednorm.norm(x, w.bfloat16(), None, M._RMSNORM, 1, 1e-5, 0),
+                   "group_norm": torch.ops.fusednorm.group_norm(x4, 4, g4, b4, None, None, 1e-5, 0),
+                   "linear": torch.ops.fusednorm.linear(xl, wl, bl, 0)}
+            ref = {"layer_norm": F.layer_norm(x, (64,), w, b, 1e-5),
+                   "rms_norm": F.rms_norm(x, (64,), w.bfloat16(), 1e-5),
+                   "group_norm": F.group_norm(x4, 4, g4, b4, 1e-5),
+                   "linear": F.linear(xl, wl, bl)}
+        for name in got:
+            self.assertEqual(got[name].dtype, ref[name].dtype, name)
+            tol = 2e-2 if ref[name].dtype is torch.bfloat16 else 1e-4
+            self.assertTrue(torch.allclose(got[name].float(), ref[name].float(), atol=tol * 4, rtol=tol), name)
+
+
 class StateDict(unittest.TestCase):
     def test_round_trips(self):
         pairs = [(ft.LayerNorm(64), nn.LayerNorm(64)), (ft.RMSNorm(64), nn.RMSNorm(64)),

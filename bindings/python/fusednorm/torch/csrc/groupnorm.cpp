@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 // The torch glue of GroupNorm (+ SiLU, + per-sample scale / shift): its ops' schemas and CUDA, autograd and
 // autocast kernels, and its eager entry points (common.hpp, ops.cpp).
+#include <c10/util/strides.h>
+
 #include "common.hpp"
 
 namespace fnorm_torch {
@@ -36,6 +38,15 @@ at::Tensor gn_layout(const at::Tensor &t) {
   return t.contiguous();
 }
 
+// y and dx: x's very strides, as torch's group_norm gives them (a
+// channels-last [N, C, 1, 1] is also contiguous, and its strides (C, 1, C, C)
+// steer the next convolution's layout); the fast allocation where they are
+// the contiguous ones.
+at::Tensor gn_like(const at::Tensor &x) {
+  const c10::DimVector plain = c10::contiguous_strides(x.sizes());
+  return x.strides() == c10::IntArrayRef(plain) ? new_like(x) : at::empty_like(x);
+}
+
 // scale and shift as [N, C] views with one stride pair (ss_desc describes
 // both), packed when `packed` (the backward writes dscale/dshift through it).
 std::pair<at::Tensor, at::Tensor> gn_modulation(const c10::optional<at::Tensor> &scale,
@@ -69,7 +80,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_fwd_impl(
   c10::cuda::CUDAGuard guard(x_in.device());
   at::Tensor x = gn_layout(x_in);
   const int64_t n = x.size(0), c = x.size(1);
-  at::Tensor y = new_like(x);
+  at::Tensor y = gn_like(x);
   at::Tensor mean = stats ? new_vec(n * groups, at::kFloat, x) : at::Tensor();
   at::Tensor rstd = stats ? new_vec(n * groups, at::kFloat, x) : at::Tensor();
   auto h = handle_for(x);
@@ -130,7 +141,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_nor
   need_db = need_db && has_b;
   need_dscale = need_dscale && given(scale);
   need_dshift = need_dshift && given(shift);
-  at::Tensor dx = new_like(x);
+  at::Tensor dx = gn_like(x);
   const at::Tensor *w = has_w ? &*weight : (has_b ? &*bias : nullptr);
   at::Tensor dgamma = need_dw ? new_vec(c, w->scalar_type(), x) : at::Tensor();
   at::Tensor dbeta = need_db ? new_vec(c, w->scalar_type(), x) : at::Tensor();
@@ -248,11 +259,11 @@ at::Tensor group_norm_autograd(const at::Tensor &x, int64_t groups, const c10::o
 at::Tensor group_norm_autocast(const at::Tensor &x, int64_t groups, const c10::optional<at::Tensor> &weight,
                                const c10::optional<at::Tensor> &bias, const c10::optional<at::Tensor> &scale,
                                const c10::optional<at::Tensor> &shift, double eps, int64_t act) {
+  // Dispatched here means autocast is on (is_autocast_enabled would read
+  // false under the guard below, which excludes this very key).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::group_norm", "")
                        .typed<decltype(group_norm_autograd)>();
-  if (!at::autocast::is_autocast_enabled(c10::DeviceType::CUDA))
-    return op.call(x, groups, weight, bias, scale, shift, eps, act);
   auto f32 = [](const c10::optional<at::Tensor> &t) {
     return at::autocast::cached_cast(at::kFloat, t, c10::DeviceType::CUDA);
   };

@@ -168,10 +168,11 @@ at::Tensor linear_autograd(const at::Tensor &x, const at::Tensor &w, const c10::
 // cast to the autocast dtype, weights cached for the region, as torch's).
 at::Tensor linear_autocast(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
                            int64_t act) {
+  // Dispatched here means autocast is on (is_autocast_enabled would read
+  // false under the guard below, which excludes this very key).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::linear", "").typed<decltype(linear_autograd)>();
-  if (!at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) return op.call(x, w, b, act);
   auto dt = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
   return op.call(at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA),

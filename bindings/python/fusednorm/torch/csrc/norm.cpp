@@ -362,11 +362,12 @@ at::Tensor norm_autograd(const at::Tensor &x, const c10::optional<at::Tensor> &w
 at::Tensor norm_autocast(const at::Tensor &x, const c10::optional<at::Tensor> &weight,
                          const c10::optional<at::Tensor> &bias, int64_t mode, int64_t axis, double eps,
                          int64_t flags) {
+  // Dispatched here means autocast is on (is_autocast_enabled would read
+  // false under the guard below, which excludes this very key).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fusednorm::norm", "")
                        .typed<decltype(norm_autograd)>();
-  if (mode != FNORM_NORM_LAYERNORM || !at::autocast::is_autocast_enabled(c10::DeviceType::CUDA))
-    return op.call(x, weight, bias, mode, axis, eps, flags);
+  if (mode != FNORM_NORM_LAYERNORM) return op.call(x, weight, bias, mode, axis, eps, flags);
   return op.call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(at::kFloat, weight, c10::DeviceType::CUDA),
                  at::autocast::cached_cast(at::kFloat, bias, c10::DeviceType::CUDA), mode, axis, eps, flags);
