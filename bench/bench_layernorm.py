@@ -210,7 +210,8 @@ def load_quack():
     shape class), or why not: ((module, version), None) or (None, reason)."""
     try:
         import quack
-        import quack.rmsnorm as qr
+        # The module, not the function quack/__init__.py binds to the same name.
+        qr = importlib.import_module("quack.rmsnorm")
     except Exception as e:  # noqa: BLE001 - not installed, or its DSL / CUDA bindings refuse
         return None, f"quack not importable ({type(e).__name__}: {str(e)[:200]})"
     try:
@@ -759,7 +760,8 @@ def torch_kernel(f) -> str:
         for e in prof.events():
             if e.device_type != torch.autograd.DeviceType.CUDA:
                 continue
-            name = re.split(r"[<(]", re.sub(r"^void ", "", e.name), maxsplit=1)[0].strip()[:120]
+            name = re.sub(r"^void |\(anonymous namespace\)::", "", e.name)
+            name = re.split(r"[<(]", name, maxsplit=1)[0].strip()[:120]
             if name and name not in names:
                 names.append(name)
         return "; ".join(names) or "(no CUDA kernel recorded)"
