@@ -14,10 +14,13 @@ fnorm_create. Each NAME loads its own copy of its library, so one path may
 serve several NAMEs with different plans.)
 (OP: layernorm_fwd, rmsnorm_fwd, layernorm_bwd, rmsnorm_bwd, layernorm_residual_fwd,
 layernorm_fwd_bwd, rmsnorm_fwd_bwd)
-Two reference columns may be named instead of a build, timed the same way in
-the same rounds: NAME=torch (PyTorch's op) and, for the forward and forward+backward
-ops, NAME=liger (Liger-Kernel, as bench_layernorm times it). A build that refuses
-a case (e.g. a plan override that cannot hold the row) shows n/a."""
+Reference columns may be named instead of a build, timed the same way in
+the same rounds: NAME=torch (PyTorch's op), for the forward and forward+backward
+ops NAME=liger (Liger-Kernel, as bench_layernorm times it), and for the forward,
+backward and forward+backward of both norms NAME=quack (QuACK, as bench_layernorm
+times it; those cases must be shapes where bench_layernorm times it:
+bench_layernorm.quack_wanted). A build that refuses a case (e.g. a plan override
+that cannot hold the row), or a reference absent or refusing it, shows n/a."""
 import os, statistics, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_layernorm as bl  # noqa: E402
@@ -32,10 +35,10 @@ for a in sys.argv[1:sep]:
     libs[n] = path
     envs[n] = dict(x.split("=", 1) for x in kv)
 cases = sys.argv[sep + 1:]
-# Reference columns: which of bench_*'s time_graph calls is theirs (ours is
-# the first; PyTorch's the second; Liger's the third, forward only).
-REFS = {"torch": 2, "liger": 3}
-refs = {n: REFS[p] for n, p in libs.items() if p in REFS}
+# Reference columns: the `who` of bench_*'s time_graph call that is theirs,
+# and the row field that holds its time.
+REFS = {"torch": "torch_us", "liger": "liger_us", "quack": "quack_us"}
+refs = {n: p for n, p in libs.items() if p in REFS}
 libs = {n: p for n, p in libs.items() if p not in REFS}
 cdll = {}
 copies = tempfile.mkdtemp(prefix="ab_norm_")
@@ -49,15 +52,14 @@ for n, L in cdll.items():
         os.environ.pop(k, None)
     os.environ.update(envs[n])  # the tuning the handle reads at fnorm_create
     handles[n] = fn.Handle()
-# Our call is the first graph each bench_* function times; the others
-# (PyTorch, unfused) are skipped.
+# Each bench_* function times ours and the references with time_graph(...,
+# who=...): only the column wanted runs, the others are stubbed.
 real_tg = bl.time_graph
-state = {"calls": 0, "want": 1}
+state = {"want": "ours"}
 
 
 def tg(*a, **k):
-    state["calls"] += 1
-    return real_tg(*a, **k) if state["calls"] == state["want"] else 1.0
+    return real_tg(*a, **k) if k.get("who", "ours") == state["want"] else 1.0
 
 
 bl.time_graph = tg
@@ -72,8 +74,8 @@ for case in cases:
     for rep in range(3):
         for n in names:
             lib_name = n if n in cdll else next(iter(cdll))
-            fn.lib = cdll[lib_name]; B.handle = handles[lib_name]; state["calls"] = 0
-            state["want"] = refs.get(n, 1)
+            fn.lib = cdll[lib_name]; B.handle = handles[lib_name]
+            state["want"] = refs.get(n, "ours")
             for k in set().union(*envs.values()):
                 os.environ.pop(k, None)
             os.environ.update(envs[n])
@@ -81,7 +83,7 @@ for case in cases:
                 bench = (bl.bench_fwd_bwd if op.endswith("_fwd_bwd") else bl.bench_bwd if op.endswith("_bwd")
                          else bl.bench_fwd)
                 row = bench(B, op, dt, r, c)
-                us = {1: row.get("us"), 2: row.get("torch_us"), 3: row.get("liger_us")}[state["want"]]
+                us = row.get(REFS.get(state["want"], "us"))
                 if us is not None:
                     res[n].append(us)
                 if n in cdll and row.get("max_abs_diff_vs_torch") is not None:

@@ -11,6 +11,13 @@ torch's norms) is timed beside ours at the LLM shapes (LIGER_SHAPES) when it
 is importable: liger_us / vs_liger; otherwise those rows say why in
 liger_note and carry no Liger figure.
 
+QuACK (quack-kernels, Dao-AILab's CuTe-DSL norms) is timed the same way on
+the forward, backward and forward+backward of both norms at the training
+grid and the LLM shapes (quack_wanted) when it is importable: quack_us /
+vs_quack, quack_impl; otherwise quack_note says why. Those rows also name the
+kernels PyTorch's own call ran (torch_kernel): newer PyTorch routes eager
+F.rms_norm to QuACK's kernel when the CuTe-DSL packages are importable.
+
 Method (bench/README.md says more):
 - CUDA-event timing of CUDA-graph replays, so launch overhead (ours through
   ctypes, PyTorch's through Python) is out of the figure for both; the median
@@ -25,7 +32,8 @@ Method (bench/README.md says more):
   copy, read + write counted), and every GB/s is also given as % of it.
 - Before timing, our outputs are compared with PyTorch's on the same input.
 
-Usage: bench_layernorm.py --out DIR [--quick] [--ops OP,OP,...] [--shapes [DTYPE:]COLS|ROWSxCOLS,...]
+Usage: bench_layernorm.py --out DIR [--quick] [--grid] [--no-quack] [--ops OP,OP,...]
+                          [--shapes [DTYPE:]COLS|ROWSxCOLS,...]
 (a shape given in full, DTYPE:ROWSxCOLS, runs for every op asked even when
 the plan does not hold it)
 Writes DIR/<gpu>.json (the schema of shared/design.md section 6) and DIR/<gpu>.md.
@@ -188,6 +196,31 @@ def liger_impl(B, ln: bool) -> str:
     return f"liger_kernel {B.liger[2]} LigerRMSNormFunction (casting_mode={LIGER_RMS_CASTING}, offset 0, in_place)"
 
 
+# QuACK (quack-kernels 0.6.5: quack.rmsnorm holds both norms' entry points)
+# beside ours wherever Liger's forward is timed, on all three passes.
+def quack_wanted(op: str, dtype: str, rows: int, cols: int) -> bool:
+    if op not in ("rmsnorm_fwd", "layernorm_fwd", "rmsnorm_bwd", "layernorm_bwd", "rmsnorm_fwd_bwd",
+                  "layernorm_fwd_bwd"):
+        return False
+    return (dtype == "bf16" and (rows, cols) in LIGER_SHAPES) or in_grid(dtype, rows, cols)
+
+
+def load_quack():
+    """QuACK's norm module (CuTe-DSL kernels, JIT-compiled on first use per
+    shape class), or why not: ((module, version), None) or (None, reason)."""
+    try:
+        import quack
+        # The module, not the function quack/__init__.py binds to the same name.
+        qr = importlib.import_module("quack.rmsnorm")
+    except Exception as e:  # noqa: BLE001 - not installed, or its DSL / CUDA bindings refuse
+        return None, f"quack not importable ({type(e).__name__}: {str(e)[:200]})"
+    try:
+        version = importlib.metadata.version("quack-kernels")
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(quack, "__version__", "unknown")
+    return (qr, version), None
+
+
 def gpu_tag(name: str) -> str:
     n = name.lower()
     for tag in ("h200", "h100", "a100", "l40s", "b200"):
@@ -212,11 +245,13 @@ def load_build_copy(name: str, path: str, copies: str):
     return lib
 
 
-def time_graph(launch, n_launch: int, reps: int, setup=None) -> float:
+def time_graph(launch, n_launch: int, reps: int, setup=None, who: str = "ours") -> float:
     """Median microseconds per launch of launch(i), i = 0..n_launch-1, captured
     in one CUDA graph and replayed `reps` times. setup(), when given, runs
     first on the stream the graph is captured on (autograd runs a backward
-    on its forward's stream)."""
+    on its forward's stream). `who` names the implementation timed (ours,
+    torch, liger, liger_llama, quack, unfused): ab_norm.py times only the
+    column it was asked for."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -287,7 +322,7 @@ class Bench:
     """What every measurement shares: the GPU, its L2, the copy bandwidth
     and the library handle."""
 
-    def __init__(self, reps: int):
+    def __init__(self, reps: int, with_quack: bool = True):
         props = torch.cuda.get_device_properties(0)
         self.name = props.name
         self.gpu = gpu_tag(props.name)
@@ -296,6 +331,7 @@ class Bench:
         self.max_reps = reps
         self.handle = fn._handle_for(torch.cuda.current_device())
         self.liger, self.liger_note = load_liger()
+        self.quack, self.quack_note = load_quack() if with_quack else (None, "not asked (--no-quack)")
 
     def n_sets(self, set_bytes: int) -> int:
         # Enough sets to cover 8x L2; at least 2 so that consecutive launches
@@ -398,13 +434,18 @@ def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
     if not residual and liger_wanted(op, dtype, rows, cols):
         liger = liger_setup(B, ln, w, b, lambda f: (lambda i: f(xs[i % n_sets])),
                             lambda y: max_diff(y, ref), forward_only=True, with_llama=not ln)
-    del ref
+    quack = {}
+    if not residual and quack_wanted(op, dtype, rows, cols):
+        quack = quack_setup(B, op, lambda qr: quack_forward(qr, ln, w, b, lambda i: xs[i % n_sets]),
+                            lambda out: {"max_abs_diff_quack_vs_torch": max_diff(out[0], ref)})
+    ref = None  # PyTorch's outputs freed (the checks above, run already, read it)
 
     reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
-    torch_us = time_graph(torch_fwd, n_sets, reps)
+    torch_us = time_graph(torch_fwd, n_sets, reps, who="torch")
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
     liger_time(row, liger, n_sets, reps, us)
+    quack_time(B, row, quack, n_sets, reps, us, moved)
     if residual:
         # Unfused with our own LayerNorm: s = x + r by torch.add, then norm(s).
         def unfused(i):
@@ -412,7 +453,7 @@ def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
             torch.add(xs[k], rs[k], out=ss[k])
             norm(k, ss[k], None, None)
 
-        unfused_us = time_graph(unfused, n_sets, reps)
+        unfused_us = time_graph(unfused, n_sets, reps, who="unfused")
         row["unfused_us"] = round(unfused_us, 2)
         row["vs_unfused"] = round(unfused_us / us, 3)
         row["torch_impl"] = "x + r, F.layer_norm"
@@ -425,6 +466,8 @@ def bench_fwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
             row["vs_oneflow"] = round(oneflow / us, 3)
     if not residual:  # cuDNN's figures are for the plain norm
         add_cudnn(B, row, "layernorm" if ln else "rmsnorm", "fwd", esize)
+    if quack_wanted(op, dtype, rows, cols):
+        row["torch_kernel"] = torch_kernel(lambda: torch_fwd(0))
     row["max_abs_diff_vs_torch"] = diff
     row["buffer_sets"] = n_sets
     return row
@@ -528,13 +571,21 @@ def bench_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
     diff = max_diff(dxs[0], ref[0])
     diff_dgamma = max_diff(dgamma, ref[1])
     diff_dbeta = max_diff(dbeta, ref[2]) if ln else None
-    del ref
+    quack = {}
+    if quack_wanted(op, dtype, rows, cols):
+        quack = quack_setup(B, op, lambda qr: quack_backward(qr, ln, w, b, xs, dys),
+                            lambda out: {"max_abs_diff_quack_vs_torch": max_diff(out[0], ref[0]),
+                                         "max_abs_diff_quack_dgamma_vs_torch": max_diff(out[1], ref[1])})
+    ref = None  # PyTorch's outputs freed (the checks above, run already, read it)
 
     reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
-    torch_us = time_graph(torch_bwd, n_sets, reps, setup=torch_setup)
+    torch_us = time_graph(torch_bwd, n_sets, reps, setup=torch_setup, who="torch")
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
     row["torch_impl"] = torch_impl
+    quack_time(B, row, quack, n_sets, reps, us, moved)
+    if quack_wanted(op, dtype, rows, cols):
+        row["torch_kernel"] = torch_kernel(lambda: torch_bwd(0))
     add_cudnn(B, row, "layernorm" if ln else "rmsnorm", "bwd", esize)
     row["max_abs_diff_vs_torch"] = diff
     row["max_abs_diff_dgamma_vs_torch"] = diff_dgamma
@@ -590,9 +641,9 @@ def liger_time(row: dict, liger: dict, n_sets: int, reps: int, us: float) -> Non
         row["liger_note"] = liger["note"]
         return
     try:
-        liger_us = time_graph(liger["launch"], n_sets, reps)
+        liger_us = time_graph(liger["launch"], n_sets, reps, who="liger")
         if "llama_launch" in liger:
-            row["liger_llama_us"] = round(time_graph(liger["llama_launch"], n_sets, reps), 2)
+            row["liger_llama_us"] = round(time_graph(liger["llama_launch"], n_sets, reps, who="liger_llama"), 2)
     except Exception as e:  # noqa: BLE001
         print(f"  liger timing failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
         row["liger_note"] = f"liger_kernel failed in timing ({type(e).__name__}: {str(e)[:200]})"
@@ -601,6 +652,121 @@ def liger_time(row: dict, liger: dict, n_sets: int, reps: int, us: float) -> Non
     row["vs_liger"] = round(liger_us / us, 3)
     row["liger_impl"] = liger["impl"]
     row["max_abs_diff_liger_vs_torch"] = liger["diff"]
+
+
+# ---------------------------------------------------------------------------
+# QuACK beside ours
+# ---------------------------------------------------------------------------
+# What each row times of QuACK's (quack.rmsnorm, version in quack_impl). Its
+# LayerNorm forward takes fp32 γ and β only: they are fp32 copies of ours
+# (the same values; γ/β bytes are not counted). Its backward returns dγ (dβ)
+# as the sum of fp32 per-CTA partials, the sum a torch kernel inside its call.
+QUACK_IMPL = {
+    "rmsnorm_fwd": "quack.rmsnorm.rmsnorm_fwd(store_rstd=True)",
+    "layernorm_fwd": "quack.rmsnorm.layernorm_fwd(return_rstd=True, return_mean=True), fp32 gamma/beta",
+    "rmsnorm_bwd": "quack.rmsnorm.rmsnorm_bwd (dx, dgamma), rstd from its rmsnorm_fwd",
+    "layernorm_bwd": "quack.rmsnorm.layernorm_bwd(has_bias=True) (dx, dgamma, dbeta), fp32 gamma, "
+                     "rstd/mean from its layernorm_fwd",
+    "rmsnorm_fwd_bwd": "autograd(quack.rmsnorm.rmsnorm)",
+    "layernorm_fwd_bwd": "quack.rmsnorm.layernorm_fwd + layernorm_bwd (0.6.5 has no LayerNorm autograd "
+                         "function), fp32 gamma/beta",
+}
+
+
+def quack_forward(qr, ln: bool, w, b, x_of):
+    """launch(i) -> (y, statistics...): QuACK's forward of x_of(i), writing
+    the statistics as ours does (the training forward)."""
+    if ln:
+        w32, b32 = w.float(), b.float()
+        return lambda i: qr.layernorm_fwd(x_of(i), w32, b32, eps=EPS, return_rstd=True, return_mean=True)
+    return lambda i: qr.rmsnorm_fwd(x_of(i), w, eps=EPS, store_rstd=True)
+
+
+def quack_backward(qr, ln: bool, w, b, xs, dys):
+    """launch(i) -> (dx, dgamma, ...) from the statistics of QuACK's own
+    forward (made here, outside the timing, as PyTorch's are)."""
+    n = len(xs)
+    if ln:
+        w32, b32 = w.float(), b.float()
+        stats = [qr.layernorm_fwd(x, w32, b32, eps=EPS, return_rstd=True, return_mean=True)[1:] for x in xs]
+        return lambda i: qr.layernorm_bwd(xs[i % n], w32, dys[i % n], *stats[i % n], has_bias=True)
+    rstds = [qr.rmsnorm_fwd(x, w, eps=EPS, store_rstd=True)[2] for x in xs]
+    return lambda i: qr.rmsnorm_bwd(xs[i % n], w, dys[i % n], rstds[i % n])
+
+
+def quack_setup(B: Bench, op: str, make_launch, check) -> dict:
+    """make_launch(quack.rmsnorm) -> launch(i); runs it once on set 0 (where
+    QuACK JIT-compiles the shape's kernels, outside the timing) and checks it
+    (check(output) -> {field: max |difference| against PyTorch}). Returns
+    what quack_time needs, or {"note": why not}: QuACK absent, refusing the
+    shape or failing is a note on our row, never a figure."""
+    if B.quack is None:
+        return {"note": B.quack_note}
+    qr, version = B.quack
+    try:
+        launch = make_launch(qr)
+        out = launch(0)
+        torch.cuda.synchronize()
+        res = {"launch": launch, "impl": f"quack-kernels {version} {QUACK_IMPL[op]}", "diffs": check(out)}
+        del out
+        return res
+    except Exception as e:  # noqa: BLE001
+        print(f"  quack failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return {"note": f"quack failed here ({type(e).__name__}: {str(e)[:200]})"}
+
+
+def quack_time(B: Bench, row: dict, quack: dict, n_sets: int, reps: int, us: float, moved: int) -> None:
+    """Times what quack_setup prepared (same graphs, sets and reps as ours)
+    and fills quack_us / vs_quack (QuACK µs / our µs, as vs_liger), or
+    quack_note."""
+    if not quack:
+        return
+    row["quack_us"] = row["vs_quack"] = None
+    if "note" in quack:
+        row["quack_note"] = quack["note"]
+        return
+    try:
+        quack_us = time_graph(quack["launch"], n_sets, reps, who="quack")
+    except Exception as e:  # noqa: BLE001
+        print(f"  quack timing failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        row["quack_note"] = f"quack failed in timing ({type(e).__name__}: {str(e)[:200]})"
+        return
+    # Faster than the copy of the same bytes would mean the graph did not
+    # hold QuACK's kernels (launched on a stream other than the captured
+    # one, say): no figure then. (ab_norm.py times one column at a time and
+    # stubs the others: its rows carry this note.)
+    if moved / (quack_us * 1e-6) > 1.05 * B.copy_gbps * 1e9:
+        row["quack_note"] = (f"QuACK's graph replayed in {quack_us:.2f} us per launch, faster than the copy "
+                             "of the same bytes: not its kernels' time, no figure")
+        return
+    row["quack_us"] = round(quack_us, 2)
+    row["vs_quack"] = round(quack_us / us, 3)
+    row["quack_impl"] = quack["impl"]
+    row.update(quack["diffs"])
+
+
+def torch_kernel(f) -> str:
+    """The CUDA kernels one call of f (PyTorch's side of a row) launches, by
+    torch.profiler, after the timing: names cut before their template and
+    argument lists, in launch order, each once."""
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = f()
+            torch.cuda.synchronize()
+        del out
+        names = []
+        for e in prof.events():
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            name = re.sub(r"^void |\(anonymous namespace\)::", "", e.name)
+            name = re.split(r"[<(]", name, maxsplit=1)[0].strip()[:120]
+            if name and name not in names:
+                names.append(name)
+        return "; ".join(names) or "(no CUDA kernel recorded)"
+    except Exception as e:  # noqa: BLE001 - the profiler's failure is a note, not the row's
+        return f"(torch.profiler failed: {type(e).__name__}: {str(e)[:120]})"
 
 
 # ---------------------------------------------------------------------------
@@ -685,14 +851,35 @@ def bench_fwd_bwd(B: Bench, op: str, dtype: str, rows: int, cols: int) -> dict:
         liger = liger_setup(B, ln, wr, br, lambda f: step(f, ldys),
                             lambda out: max(max_diff(out[0], ref[0]), max_diff(out[1], ref[1])),
                             forward_only=False)
-    del ref
+    quack = {}
+    if quack_wanted(op, dtype, rows, cols):
+        if ln:
+            def quack_step(qr):
+                w32, b32 = w.float(), b.float()
+
+                def f(i):
+                    k = i % n_sets
+                    y, rstd, mean = qr.layernorm_fwd(xs[k], w32, b32, eps=EPS, return_rstd=True, return_mean=True)
+                    return (y,) + tuple(qr.layernorm_bwd(xs[k], w32, dys[k], rstd, mean, has_bias=True))
+                return f
+        else:
+            def quack_step(qr):
+                return step(lambda x: qr.rmsnorm(x, wr, eps=EPS), dys)
+        quack = quack_setup(B, op, quack_step,
+                            lambda out: {"max_abs_diff_quack_vs_torch": max(max_diff(out[0], ref[0]),
+                                                                            max_diff(out[1], ref[1])),
+                                         "max_abs_diff_quack_dgamma_vs_torch": max_diff(out[2], ref[2])})
+    ref = None  # PyTorch's outputs freed (the checks above, run already, read it)
 
     reps = B.reps_for(dtype, rows, cols, n_sets, moved)
     us = time_graph(ours, n_sets, reps)
-    torch_us = time_graph(torch_step, n_sets, reps)
+    torch_us = time_graph(torch_step, n_sets, reps, who="torch")
     row = row_common(B, op, dtype, rows, cols, moved, us, torch_us)
     row["torch_impl"] = "autograd(F.layer_norm)" if ln else "autograd(F.rms_norm)"
     liger_time(row, liger, n_sets, reps, us)
+    quack_time(B, row, quack, n_sets, reps, us, moved)
+    if quack_wanted(op, dtype, rows, cols):
+        row["torch_kernel"] = torch_kernel(lambda: torch_step(0))
     row["max_abs_diff_vs_torch"] = diff
     row["max_abs_diff_y_vs_torch"] = diff_y
     row["max_abs_diff_dgamma_vs_torch"] = diff_dgamma
@@ -742,11 +929,16 @@ def markdown(result: dict) -> str:
              "and cuDNN µs is its byte count over its TB/s. Liger: Liger-Kernel's Triton norms timed in this run "
              "the same way (RMSNorm in its casting mode that computes our function; 'Liger llama µs' is its "
              "default mode, which rounds x·rstd before ×γ). fwd_bwd ops: the forward then its backward in one "
-             "graph (ours: the two C calls; PyTorch and Liger: autograd, dx and the parameter gradients).", ""]
+             "graph (ours: the two C calls; PyTorch and Liger: autograd, dx and the parameter gradients). QuACK: "
+             "quack-kernels' CuTe-DSL norms timed the same way (its entry points per op in quack_impl; "
+             "forward+backward: autograd of its RMSNorm, its LayerNorm forward then backward).", ""]
     if result.get("partial"):
         lines += [f"**Partial run**: {result['partial']} (the run was cut short).", ""]
     if any(r.get("liger_note") for r in result["rows"]):
         lines += [f"Liger-Kernel: {next(r['liger_note'] for r in result['rows'] if r.get('liger_note'))}; "
+                  "rows that would carry it show —.", ""]
+    if any(r.get("quack_note") for r in result["rows"]):
+        lines += [f"QuACK: {next(r['quack_note'] for r in result['rows'] if r.get('quack_note'))}; "
                   "rows that would carry it show —.", ""]
     for op in OPS:
         rows = [r for r in result["rows"] if r["op"] == op]
@@ -777,12 +969,23 @@ def markdown(result: dict) -> str:
                      ("vs Liger", lambda r: fmt(r.get("vs_liger"), "{:.2f}x"))]
         if has("liger_llama_us"):
             cols += [("Liger llama µs", lambda r: fmt(r.get("liger_llama_us"), "{:.1f}"))]
+        if has("quack_us") or any(r.get("quack_note") for r in rows):
+            cols += [("QuACK µs", lambda r: fmt(r.get("quack_us"), "{:.1f}")),
+                     ("vs QuACK", lambda r: fmt(r.get("vs_quack"), "{:.2f}x"))]
         cols += [("max abs diff vs PyTorch", lambda r: f"{r['max_abs_diff_vs_torch']:.2g}")]
         if has("max_abs_diff_liger_vs_torch"):
             cols += [("Liger diff vs PyTorch", lambda r: fmt(r.get("max_abs_diff_liger_vs_torch"), "{:.2g}"))]
+        if has("max_abs_diff_quack_vs_torch"):
+            cols += [("QuACK diff vs PyTorch", lambda r: fmt(r.get("max_abs_diff_quack_vs_torch"), "{:.2g}"))]
         if has("max_abs_diff_dgamma_vs_torch"):
             cols += [("dγ max abs diff", lambda r: f"{r['max_abs_diff_dgamma_vs_torch']:.2g}")]
-        lines += [f"## {op}", "", f"Bytes counted: {BYTES[op]}. PyTorch: `{rows[0].get('torch_impl', '')}`.", "",
+        kernels = sorted({r["torch_kernel"] for r in rows if r.get("torch_kernel")})
+        ran = (" PyTorch's kernels (torch.profiler, one call): " + " / ".join(f"`{k}`" for k in kernels) + "."
+               if kernels else "")
+        impls = sorted({r["quack_impl"] for r in rows if r.get("quack_impl")})
+        quack_ran = " QuACK: " + " / ".join(f"`{i}`" for i in impls) + "." if impls else ""
+        lines += [f"## {op}", "", f"Bytes counted: {BYTES[op]}. PyTorch: `{rows[0].get('torch_impl', '')}`."
+                  + ran + quack_ran, "",
                   "| " + " | ".join(c[0] for c in cols) + " |",
                   "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(f(r) for _, f in cols) + " |" for r in rows]
@@ -812,6 +1015,10 @@ def summary(r: dict) -> str:
             s += f" [llama mode {r['liger_llama_us']:.1f}]"
     elif r.get("liger_note"):
         s += f", liger: {r['liger_note'][:60]}"
+    if r.get("quack_us") is not None:
+        s += f", quack {r['quack_us']:.1f} us ({r['vs_quack']:.2f}x)"
+    elif r.get("quack_note"):
+        s += f", quack: {r['quack_note'][:60]}"
     return s + f", diff {r['max_abs_diff_vs_torch']:.2g}"
 
 
@@ -820,6 +1027,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="every third shape of each op, fewer repetitions")
     ap.add_argument("--grid", action="store_true", help="only the training-shape grid (GRID_*)")
+    ap.add_argument("--no-quack", action="store_true", help="leave QuACK out even where it is importable")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
     ap.add_argument("--shapes", default="", help="comma-separated subset of shapes: COLS or ROWSxCOLS, optionally DTYPE:...")
     args = ap.parse_args()
@@ -841,8 +1049,9 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown op(s) {unknown}; choose from {list(OPS)}")
     os.makedirs(args.out, exist_ok=True)
-    B = Bench(reps=10 if args.quick else 30)
-    print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}", flush=True)
+    B = Bench(reps=10 if args.quick else 30, with_quack=not args.no_quack)
+    print(f"{B.name}: copy {B.copy_gbps:.0f} GB/s, L2 {B.l2 >> 20} MiB, torch {torch.__version__}, "
+          f"quack {B.quack[1] if B.quack else B.quack_note}", flush=True)
     rows, errors = [], []
     todo = [(op, dt, r, c) for op, dt, r, c in plan(args.quick, args.grid) if op in ops and shape_wanted(dt, r, c)]
     # A shape given in full (DTYPE:ROWSxCOLS) runs for every op asked even

@@ -5,6 +5,9 @@ the LayerNorm/RMSNorm file bench_layernorm.py wrote there, plus the rows of
 every DIR/rows_<family>.json (and its .md section) the other benchmarks wrote
 (bench_batchnorm.py, bench_linear.py, bench_syncbn.py, bench_torch.py, and
 the C program host_overhead: rows "host_overhead_c").
+Parts merged earlier whose rows_*.json is no longer in DIR keep their rows
+and their .md section (bench/results/ holds the merged files alone): only the
+parts present are rebuilt.
 Usage: merge_results.py DIR
 """
 import glob
@@ -27,13 +30,19 @@ def main() -> int:
     with open(md_path) as f:
         md = f.read()
     # Merging again (a later benchmark of the same run added its rows_*.json)
-    # starts from the main file's own rows: what an earlier merge added
-    # carries its source and is rebuilt from the parts present now.
-    result["rows"] = [r for r in result["rows"] if "source" not in r]
-    result["errors"] = [e for e in result.get("errors", []) if "source" not in e]
-    result.pop("sources", None)
-    md = md.split(MARK, 1)[0].rstrip() + "\n"
-    for part in sorted(glob.glob(os.path.join(out, "rows_*.json"))):
+    # rebuilds what an earlier merge took from the parts present now; the
+    # rows and sections of parts not present stay as they are.
+    parts = sorted(glob.glob(os.path.join(out, "rows_*.json")))
+    present = {os.path.basename(p) for p in parts}
+    result["rows"] = [r for r in result["rows"] if r.get("source") not in present]
+    result["errors"] = [e for e in result.get("errors", []) if e.get("source") not in present]
+    result["sources"] = [s for s in result.get("sources", []) if s.get("file") not in present]
+    head, *sections = md.split(MARK)
+    md = head.rstrip() + "\n"
+    for sec in sections:  # " name.json -->\n...": kept unless its part is merged again
+        if sec.split("-->", 1)[0].strip() not in present:
+            md += f"\n{MARK}{sec.rstrip()}\n"
+    for part in parts:
         with open(part) as f:
             extra = json.load(f)
         if extra.get("gpu") not in (None, result["gpu"]):
@@ -49,8 +58,9 @@ def main() -> int:
                 md += f"\n{MARK} {name} -->\n" + f.read().rstrip() + "\n"
             if extra.get("note"):
                 md += f"\n_{extra['note']}_\n"
-    if not result.get("errors"):
-        result.pop("errors", None)
+    for key in ("errors", "sources"):
+        if not result.get(key):
+            result.pop(key, None)
     with open(mains[0], "w") as f:
         json.dump(result, f, indent=1)
     with open(md_path, "w") as f:

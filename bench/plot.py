@@ -9,12 +9,18 @@ Charts (each written only when the JSON holds its rows):
                        and cuDNN's published figure under cuDNN's byte count;
                        the copy bandwidth of the same run as a line.
   <gpu>-norm-bwd.png   the same for the backward.
-  <gpu>-liger.png      LLM shapes (bf16): ours, Liger-Kernel and PyTorch, µs,
-                       forward and forward+backward.
+  <gpu>-liger.png      LLM shapes (bf16): ours, Liger-Kernel, QuACK (where the
+                       rows carry it) and PyTorch, µs, forward and
+                       forward+backward.
   <gpu>-grid-bf16.png, <gpu>-grid-fp16.png
                        the training-shape grid (rows marked "grid"): per op,
-                       PyTorch's and Liger-Kernel's time over ours against
-                       the rows, a line per row length.
+                       PyTorch's, Liger-Kernel's and QuACK's time over ours
+                       against the rows, a line per row length.
+  <gpu>-quack-bf16.png, <gpu>-quack-fp16.png
+                       rows that carry a QuACK column, whichever run they come
+                       from: per op (LayerNorm / RMSNorm forward, backward,
+                       forward+backward), QuACK's and Liger-Kernel's time over
+                       ours against the rows, a line per row length.
   <gpu>-batchnorm.png  BatchNorm (and SyncBatchNorm): PyTorch's and our cuDNN
                        engine's time over our NATIVE engine's, per case (log
                        scale), and our AUTO engine's where it ran cuDNN.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -43,12 +50,19 @@ SIZE = (10, 6)  # inches at DPI: 1000 x 600 pixels
 DPI = 100
 NORM_FP16_ROWS = 49152
 COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": "#9467bd",
-          "liger": "#ff7f0e", "copy": "#555555",
+          "liger": "#ff7f0e", "quack": "#8c564b", "copy": "#555555",
           "auto": "#17becf"}
 KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
              "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
              "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd", "hf_train_step",
              "hf_train_step_profile", "groupnorm_fwd", "groupnorm_bwd", "groupnorm_fwd_bwd"}
+
+
+def main_rows(res: dict) -> list:
+    """The rows of the run the file was written by (merged rows carry their
+    "source"): the norm charts draw one run, never two runs' rows of one
+    cell side by side."""
+    return [r for r in res["rows"] if "source" not in r]
 
 
 def title(res: dict, what: str, rows=()) -> str:
@@ -77,7 +91,7 @@ def shape_str(shape) -> str:
 # LayerNorm / RMSNorm bandwidth against row length
 # ---------------------------------------------------------------------------
 def norm_panel(ax, res: dict, op: str, label: str) -> bool:
-    rows = [r for r in res["rows"] if r["op"] == op]
+    rows = [r for r in main_rows(res) if r["op"] == op]
     if not rows:
         ax.set_visible(False)
         return False
@@ -150,7 +164,7 @@ def plot_liger(res: dict, stem: str) -> None:
            ("rmsnorm_fwd_bwd", "RMSNorm forward + backward"), ("layernorm_fwd_bwd", "LayerNorm forward + backward")]
     # The LLM shapes only (results written before rows carried "llm_shape": every Liger row).
     marked = any("llm_shape" in r for r in res["rows"])
-    liger_rows = [r for r in res["rows"] if r.get("liger_us") and (r.get("llm_shape") or not marked)]
+    liger_rows = [r for r in main_rows(res) if r.get("liger_us") and (r.get("llm_shape") or not marked)]
     if not liger_rows:
         return
     fig, axes = plt.subplots(2, 2, figsize=SIZE)
@@ -161,25 +175,29 @@ def plot_liger(res: dict, stem: str) -> None:
             continue
         rows.sort(key=lambda r: (r["shape"][0] * r["shape"][1], r["shape"][1]))
         n = len(rows)
-        w = 0.27
         xs = range(n)
-        series = [("ours", [r["us"] for r in rows]), ("Liger-Kernel", [r["liger_us"] for r in rows]),
-                  ("PyTorch", [r["torch_us"] for r in rows])]
-        for j, (name, vals) in enumerate(series):
-            color = COLORS[{"ours": "ours", "Liger-Kernel": "liger", "PyTorch": "torch"}[name]]
-            ax.bar([x + (j - 1) * w for x in xs], vals, w, label=name, color=color)
+        series = [("ours", "ours", [r["us"] for r in rows]), ("Liger-Kernel", "liger", [r["liger_us"] for r in rows])]
+        if any(r.get("quack_us") for r in rows):
+            series.append(("QuACK", "quack", [r.get("quack_us") or 0 for r in rows]))
+        series.append(("PyTorch", "torch", [r["torch_us"] for r in rows]))
+        w = 0.81 / len(series)
+        for j, (name, color, vals) in enumerate(series):
+            ax.bar([x + (j - (len(series) - 1) / 2) * w for x in xs], vals, w, label=name, color=COLORS[color])
         for x, r in zip(xs, rows):
-            ax.text(x, max(r["us"], r["liger_us"], r["torch_us"]) * 1.02, f"{r['vs_liger']:.2f}×",
+            label = f"{r['vs_liger']:.2f}×" + (f" / {r['vs_quack']:.2f}×" if r.get("vs_quack") else "")
+            ax.text(x, max(r["us"], r["liger_us"], r["torch_us"], r.get("quack_us") or 0) * 1.02, label,
                     ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(xs))
         ax.set_xticklabels([f"{r['shape'][0]}×{r['shape'][1]}" for r in rows], fontsize=7)
         ax.set_ylabel("µs (lower is better)", fontsize=8)
         ax.set_title(f"{label} (bf16)", fontsize=9)
-        ax.set_ylim(0, max(max(r["us"], r["liger_us"], r["torch_us"]) for r in rows) * 1.18)
+        ax.set_ylim(0, max(max(r["us"], r["liger_us"], r["torch_us"], r.get("quack_us") or 0) for r in rows) * 1.18)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(True, axis="y", alpha=0.3)
     axes.flat[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title(res, "Liger-Kernel vs ours (label: Liger µs / ours µs)"), fontsize=10)
+    head = ("Liger-Kernel and QuACK vs ours (label: Liger µs / ours µs, QuACK µs / ours µs)"
+            if any(r.get("quack_us") for r in liger_rows) else "Liger-Kernel vs ours (label: Liger µs / ours µs)")
+    fig.suptitle(title(res, head), fontsize=10)
     fig.tight_layout()
     save(fig, f"{stem}-liger.png")
 
@@ -195,7 +213,7 @@ COLS_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 
 
 def plot_grid(res: dict, stem: str) -> None:
-    grid = [r for r in res["rows"] if r.get("grid")]
+    grid = [r for r in main_rows(res) if r.get("grid")]
     for dtype in sorted({r["dtype"] for r in grid}):
         rows_dt = [r for r in grid if r["dtype"] == dtype]
         cols_all = sorted({r["shape"][1] for r in rows_dt})
@@ -217,6 +235,10 @@ def plot_grid(res: dict, stem: str) -> None:
                 if lig:
                     ax.plot(*zip(*lig), "^--", color=color, markersize=3, linewidth=1,
                             label=f"{c} cols: Liger / ours")
+                qk = [(r["shape"][0], r["vs_quack"]) for r in line if r.get("vs_quack")]
+                if qk:
+                    ax.plot(*zip(*qk), "x:", color=color, markersize=4, linewidth=1,
+                            label=f"{c} cols: QuACK / ours")
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xscale("log", base=2)
             xt = sorted({r["shape"][0] for r in rows})
@@ -226,8 +248,10 @@ def plot_grid(res: dict, stem: str) -> None:
             ax.tick_params(axis="y", labelsize=7)
             ax.set_title(label, fontsize=8)
             ax.grid(True, alpha=0.3)
-            lo = min(min(r["vs_torch"], r.get("vs_liger") or r["vs_torch"]) for r in rows)
-            hi = max(max(r["vs_torch"], r.get("vs_liger") or r["vs_torch"]) for r in rows)
+            lo = min(min(r["vs_torch"], r.get("vs_liger") or r["vs_torch"], r.get("vs_quack") or r["vs_torch"])
+                     for r in rows)
+            hi = max(max(r["vs_torch"], r.get("vs_liger") or r["vs_torch"], r.get("vs_quack") or r["vs_torch"])
+                     for r in rows)
             ax.set_ylim(min(0.8, lo - 0.05), max(1.2, hi + 0.1))
         legend = {}
         for ax in axes.flat:
@@ -245,6 +269,68 @@ def plot_grid(res: dict, stem: str) -> None:
         fig.suptitle(suptitle, fontsize=10)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         save(fig, f"{stem}-grid-{dtype}.png")
+
+
+QUACK_CAP = 3.0  # QuACK's LayerNorm forward at 4096 x 16384 is 13x ours: capped so the rest stays readable
+
+
+def plot_quack(res: dict, stem: str) -> None:
+    """Rows with a QuACK column (the main run's or one merged in): per op,
+    QuACK's (solid) and Liger-Kernel's (dashed) time over ours against the
+    rows, a line per row length; % of copy of ours in the panel's title."""
+    qrows = [r for r in res["rows"] if "quack_us" in r]
+    panels = [("layernorm_fwd", "LayerNorm forward"), ("layernorm_bwd", "LayerNorm backward"),
+              ("layernorm_fwd_bwd", "LayerNorm forward + backward"), ("rmsnorm_fwd", "RMSNorm forward"),
+              ("rmsnorm_bwd", "RMSNorm backward"), ("rmsnorm_fwd_bwd", "RMSNorm forward + backward")]
+    for dtype in sorted({r["dtype"] for r in qrows}):
+        rows_dt = [r for r in qrows if r["dtype"] == dtype]
+        cols_all = sorted({r["shape"][1] for r in rows_dt})
+        fig, axes = plt.subplots(2, 3, figsize=SIZE)
+        for ax, (op, label) in zip(axes.flat, panels):
+            rows = [r for r in rows_dt if r["op"] == op]
+            if not rows:
+                ax.set_visible(False)
+                continue
+            for j, c in enumerate(cols_all):
+                line = sorted((r for r in rows if r["shape"][1] == c), key=lambda r: r["shape"][0])
+                color = COLS_COLORS[j % len(COLS_COLORS)]
+                for key, style, width, who in (("vs_quack", "o-", 1.2, "QuACK"), ("vs_liger", "^--", 1, "Liger")):
+                    pts = [(r["shape"][0], r[key]) for r in line if r.get(key)]
+                    if not pts:
+                        continue
+                    # A ratio past the cap is drawn on it, its value written beside.
+                    ax.plot([x for x, _ in pts], [min(v, QUACK_CAP) for _, v in pts], style, color=color,
+                            markersize=3, linewidth=width, label=f"{c} cols: {who} / ours")
+                    for x, v in pts:
+                        if v > QUACK_CAP:
+                            ax.annotate(f"{v:.1f}", (x, QUACK_CAP), textcoords="offset points", xytext=(-4, -10),
+                                        ha="right", fontsize=7, color=color)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            xt = sorted({r["shape"][0] for r in rows})
+            ax.set_xticks(xt)
+            ax.set_xticklabels([f"{x // 1024}k" for x in xt], fontsize=7)
+            ax.minorticks_off()
+            ax.tick_params(axis="y", labelsize=7)
+            vals = [min(v, QUACK_CAP) for r in rows for v in (r.get("vs_quack"), r.get("vs_liger")) if v]
+            if vals:
+                ax.set_ylim(min(0.8, min(vals) - 0.05), max(1.2, max(vals) + 0.1))
+            pct = [r["pct_copy"] for r in rows]
+            ax.set_title(f"{label} (ours {min(pct):.0f}–{max(pct):.0f}% of copy)", fontsize=8)
+            ax.grid(True, alpha=0.3)
+        legend = {}
+        for ax in axes.flat:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                legend.setdefault(l, h)
+        fig.text(0.5, 0.01, f"rows (tokens); a ratio above {QUACK_CAP:g} is drawn at {QUACK_CAP:g}, its value "
+                 "beside it", ha="center", fontsize=8)
+        head = title(res, f"QuACK and Liger-Kernel against ours, {dtype}: their time / ours (above 1: ours faster)",
+                     rows_dt)
+        fig.suptitle("\n".join(textwrap.wrap(head, 140)), fontsize=9)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
+        fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False,
+                   bbox_to_anchor=(0.5, 0.03))
+        save(fig, f"{stem}-quack-{dtype}.png")
 
 
 # ---------------------------------------------------------------------------
@@ -468,6 +554,7 @@ def main() -> int:
         plot_norms(res, stem)
         plot_liger(res, stem)
         plot_grid(res, stem)
+        plot_quack(res, stem)
         plot_batchnorm(res, stem)
         plot_linear(res, stem)
         plot_other(res, stem)
