@@ -55,7 +55,8 @@ COLORS = {"ours": "#1f77b4", "torch": "#d62728", "cudnn": "#2ca02c", "oneflow": 
 KNOWN_OPS = {"layernorm_fwd", "rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd", "layernorm_residual_fwd",
              "rmsnorm_fwd_bwd", "layernorm_fwd_bwd", "batchnorm_fwd_train", "batchnorm_bwd",
              "batchnorm_fwd_infer", "syncbatchnorm_fwd_bwd", "linear_fwd", "linear_bwd", "hf_train_step",
-             "hf_train_step_profile", "groupnorm_fwd", "groupnorm_bwd", "groupnorm_fwd_bwd"}
+             "hf_train_step_profile", "groupnorm_fwd", "groupnorm_bwd", "groupnorm_fwd_bwd", "vae_decode",
+             "unet_block_train_step"}
 
 
 def main_rows(res: dict) -> list:
@@ -492,7 +493,8 @@ def plot_hf(res: dict, stem: str) -> None:
 def plot_groupnorm(res: dict, stem: str) -> None:
     """GroupNorm: % of the copy bandwidth per shape and layout, forward and
     backward (SiLU; the backward with and without the weight gradients)."""
-    rows = [r for r in res["rows"] if r["op"] in ("groupnorm_fwd", "groupnorm_bwd") and r.get("pct_copy")]
+    rows = [r for r in res["rows"] if r["op"] in ("groupnorm_fwd", "groupnorm_bwd") and r.get("pct_copy")
+            and "torch_us" not in r]  # bench/gn_time's rows (bench_groupnorm's: plot_groupnorm_torch)
     if not rows:
         return
     cases = []
@@ -528,6 +530,52 @@ def plot_groupnorm(res: dict, stem: str) -> None:
     save(fig, f"{stem}-groupnorm.png")
 
 
+def plot_groupnorm_torch(res: dict, stem: str) -> None:
+    """GroupNorm against PyTorch (bench/bench_groupnorm.py): PyTorch's time
+    over ours per case, eager and torch.compile, forward and forward+backward
+    (log scale); the VAE decode and the UNet-style step in ms."""
+    rows = [r for r in res["rows"] if r["op"] in ("groupnorm_fwd", "groupnorm_fwd_bwd") and r.get("vs_torch")]
+    e2e = [r for r in res["rows"] if r["op"] in ("vae_decode", "unet_block_train_step")]
+    if not rows and not e2e:
+        return
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=SIZE, gridspec_kw={"width_ratios": [3, 1]})
+    cases = []
+    for r in rows:
+        key = (shape_str(r["shape"]), r["layout"])
+        if key not in cases:
+            cases.append(key)
+    series = []
+    for op, tag in (("groupnorm_fwd", "fwd"), ("groupnorm_fwd_bwd", "fwd+bwd")):
+        for key, name, color in (("vs_torch", "eager", COLORS["torch"]), ("vs_torch_compile", "compile", COLORS["liger"])):
+            got = {(shape_str(r["shape"]), r["layout"]): r.get(key) for r in rows if r["op"] == op}
+            series.append((f"{tag}: PyTorch {name} / ours", color if tag == "fwd" else COLORS["quack" if name == "compile" else "oneflow"],
+                           [got.get(c) for c in cases]))
+    w = 0.8 / len(series)
+    for j, (name, color, vals) in enumerate(series):
+        pos = [i + (j - (len(series) - 1) / 2) * w for i, v in enumerate(vals) if v]
+        ax.bar(pos, [v for v in vals if v], w, label=name, color=color)
+    ax.set_yscale("log")
+    ax.axhline(1, color="gray", linewidth=0.8)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([f"{s} {lay}" for s, lay in cases], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("PyTorch's time / ours (above 1: ours faster)", fontsize=8)
+    ax.legend(fontsize=7)
+    labels, vals, colors = [], [], []
+    for r in e2e:
+        labels.append(("VAE " if r["op"] == "vae_decode" else "UNet step ") + f"{r['impl']} {r['layout']}"
+                      + (f" {r['mode']}" if r.get("mode", "eager") != "eager" else ""))
+        vals.append(r["ms"])
+        colors.append(COLORS["ours"] if r["impl"] == "ours" else COLORS["torch"])
+    bx.barh(range(len(vals)), vals, color=colors)
+    bx.set_yticks(range(len(vals)))
+    bx.set_yticklabels(labels, fontsize=7)
+    bx.invert_yaxis()
+    bx.set_xlabel("ms", fontsize=8)
+    fig.suptitle(title(res, "GroupNorm + SiLU (bf16, 32 groups) against PyTorch", rows + e2e), fontsize=10)
+    fig.tight_layout()
+    save(fig, f"{stem}-groupnorm-torch.png")
+
+
 def plot_other(res: dict, stem: str) -> None:
     rows = [r for r in res["rows"] if r["op"] not in KNOWN_OPS and r.get("vs_torch")]
     if not rows:
@@ -560,6 +608,7 @@ def main() -> int:
         plot_other(res, stem)
         plot_hf(res, stem)
         plot_groupnorm(res, stem)
+        plot_groupnorm_torch(res, stem)
     return 0
 
 
