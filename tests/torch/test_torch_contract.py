@@ -6,7 +6,7 @@ PyTorch states what its modules must do as data: the sample inputs of
 torch.testing._internal.common_modules.module_db (constructor and forward
 arguments, error inputs), checked by PyTorch's test/test_modules.py. This
 suite takes the samples of every class the drop-in replaces (LayerNorm,
-RMSNorm, BatchNorm1d/2d/3d, Linear; SyncBatchNorm with BatchNorm's samples,
+RMSNorm, BatchNorm1d/2d/3d, Linear, GroupNorm; SyncBatchNorm with BatchNorm's samples,
 one process, no process group: torch's SyncBatchNorm is then a BatchNorm) in
 float32, float16 and bfloat16, training and eval, and checks each sample
 against its torch.nn twin (same parameters):
@@ -86,7 +86,8 @@ EPS = {torch.float32: torch.finfo(torch.float32).eps, torch.float16: torch.finfo
        torch.bfloat16: torch.finfo(torch.bfloat16).eps}
 NAMES = {"nn.LayerNorm": (ft.LayerNorm, nn.LayerNorm), "nn.RMSNorm": (ft.RMSNorm, nn.RMSNorm),
          "nn.BatchNorm1d": (ft.BatchNorm1d, nn.BatchNorm1d), "nn.BatchNorm2d": (ft.BatchNorm2d, nn.BatchNorm2d),
-         "nn.BatchNorm3d": (ft.BatchNorm3d, nn.BatchNorm3d), "nn.Linear": (ft.Linear, nn.Linear)}
+         "nn.BatchNorm3d": (ft.BatchNorm3d, nn.BatchNorm3d), "nn.Linear": (ft.Linear, nn.Linear),
+         "nn.GroupNorm": (ft.GroupNorm, nn.GroupNorm)}
 BN_NAMES = ("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d")
 
 # ---- library call counting ------------------------------------------------------
@@ -107,6 +108,17 @@ if ft.ops_available():
     M._ext_norm = _counting("norm", M._ext_norm)
     M._ext_bn = _counting("bn", M._ext_bn)
     M._ext_linear = _counting("linear", M._ext_linear)
+    # GroupNorm has no eager entry: its module calls the registered op
+    # whenever groupnorm._lib_takes answers True.
+    from fusednorm.torch import groupnorm as _G
+    _takes = _G._lib_takes
+
+    def _gn_takes(*args):
+        ok = _takes(*args)
+        if ok:
+            CALLS["groupnorm"] += 1
+        return ok
+    _G._lib_takes = _gn_takes
 
 # ---- results --------------------------------------------------------------------
 
@@ -697,7 +709,8 @@ def main():
                                  (ft.BatchNorm2d, nn.BatchNorm2d, (8,), torch.randn(3, 8, 4, 4, device=DEV)),
                                  (ft.BatchNorm3d, nn.BatchNorm3d, (8,), torch.randn(3, 8, 2, 4, 4, device=DEV)),
                                  (ft.SyncBatchNorm, nn.SyncBatchNorm, (8,), torch.randn(3, 8, 4, 4, device=DEV)),
-                                 (ft.Linear, nn.Linear, (8, 4), torch.randn(3, 8, device=DEV))):
+                                 (ft.Linear, nn.Linear, (8, 4), torch.randn(3, 8, device=DEV)),
+                                 (ft.GroupNorm, nn.GroupNorm, (2, 8), torch.randn(3, 8, 4, 4, device=DEV))):
         run_case(f"{tcls.__name__} signature", lambda: check_signature(ocls, tcls))
         run_case(f"{tcls.__name__} forward(keyword)", lambda: check_forward_kwarg(ocls, tcls, cargs, x))
     if not only or "models" in only:
