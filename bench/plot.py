@@ -213,6 +213,27 @@ GRID_PANELS = [("layernorm_fwd", "LayerNorm forward"), ("rmsnorm_fwd", "RMSNorm 
 COLS_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 
 
+def rows_axis(ax, rows) -> None:
+    """A ratio panel against the rows: the line at 1, the rows on a log2
+    axis ticked at the rows measured."""
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    xt = sorted({r["shape"][0] for r in rows})
+    ax.set_xticks(xt)
+    ax.set_xticklabels([f"{x // 1024}k" for x in xt], fontsize=7)
+    ax.minorticks_off()
+    ax.tick_params(axis="y", labelsize=7)
+
+
+def legend_of(axes) -> dict:
+    """Every panel's legend entries, once each (label -> handle)."""
+    legend = {}
+    for ax in axes.flat:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(l, h)
+    return legend
+
+
 def plot_grid(res: dict, stem: str) -> None:
     grid = [r for r in main_rows(res) if r.get("grid")]
     for dtype in sorted({r["dtype"] for r in grid}):
@@ -240,13 +261,7 @@ def plot_grid(res: dict, stem: str) -> None:
                 if qk:
                     ax.plot(*zip(*qk), "x:", color=color, markersize=4, linewidth=1,
                             label=f"{c} cols: QuACK / ours")
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            xt = sorted({r["shape"][0] for r in rows})
-            ax.set_xticks(xt)
-            ax.set_xticklabels([f"{x // 1024}k" for x in xt], fontsize=7)
-            ax.minorticks_off()
-            ax.tick_params(axis="y", labelsize=7)
+            rows_axis(ax, rows)
             ax.set_title(label, fontsize=8)
             ax.grid(True, alpha=0.3)
             lo = min(min(r["vs_torch"], r.get("vs_liger") or r["vs_torch"], r.get("vs_quack") or r["vs_torch"])
@@ -254,10 +269,7 @@ def plot_grid(res: dict, stem: str) -> None:
             hi = max(max(r["vs_torch"], r.get("vs_liger") or r["vs_torch"], r.get("vs_quack") or r["vs_torch"])
                      for r in rows)
             ax.set_ylim(min(0.8, lo - 0.05), max(1.2, hi + 0.1))
-        legend = {}
-        for ax in axes.flat:
-            for h, l in zip(*ax.get_legend_handles_labels()):
-                legend.setdefault(l, h)
+        legend = legend_of(axes)
         last = axes.flat[-1]
         last.axis("off")
         last.legend(legend.values(), legend.keys(), loc="center", fontsize=7, frameon=False)
@@ -306,23 +318,14 @@ def plot_quack(res: dict, stem: str) -> None:
                         if v > QUACK_CAP:
                             ax.annotate(f"{v:.1f}", (x, QUACK_CAP), textcoords="offset points", xytext=(-4, -10),
                                         ha="right", fontsize=7, color=color)
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            xt = sorted({r["shape"][0] for r in rows})
-            ax.set_xticks(xt)
-            ax.set_xticklabels([f"{x // 1024}k" for x in xt], fontsize=7)
-            ax.minorticks_off()
-            ax.tick_params(axis="y", labelsize=7)
+            rows_axis(ax, rows)
             vals = [min(v, QUACK_CAP) for r in rows for v in (r.get("vs_quack"), r.get("vs_liger")) if v]
             if vals:
                 ax.set_ylim(min(0.8, min(vals) - 0.05), max(1.2, max(vals) + 0.1))
             pct = [r["pct_copy"] for r in rows]
             ax.set_title(f"{label} (ours {min(pct):.0f}–{max(pct):.0f}% of copy)", fontsize=8)
             ax.grid(True, alpha=0.3)
-        legend = {}
-        for ax in axes.flat:
-            for h, l in zip(*ax.get_legend_handles_labels()):
-                legend.setdefault(l, h)
+        legend = legend_of(axes)
         fig.text(0.5, 0.01, f"rows (tokens); a ratio above {QUACK_CAP:g} is drawn at {QUACK_CAP:g}, its value "
                  "beside it", ha="center", fontsize=8)
         head = title(res, f"QuACK and Liger-Kernel against ours, {dtype}: their time / ours (above 1: ours faster)",
