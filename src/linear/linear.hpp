@@ -6,10 +6,10 @@
 //   linear_describe.cpp  describe (descriptors -> LinearProblem), buffers, check (aux and epilogue rules)
 //   linear_cublaslt.cpp  the handle's cuBLASLt state, the algorithm cache, GEMM launch
 //   linear_plan.cpp      plan: forward (fused epilogue or GEMM + our pass), backward (workspace
-//                        layout, dgrad / wgrad GEMMs), and our kernels' shapes
+//                        layout, dgrad / wgrad GEMMs), and our kernels' launches (LinearLaunch)
 //   linear_launch.cpp    launch: the planned GEMMs and our kernels
 //   linear_api.cpp       the C entry points: one run_op / query_op each
-//   linear_kernels.cu    our own epilogue kernels
+//   linear_kernels.cu    our own epilogue kernels; their launchers launch the plan's LinearLaunch
 //   linear_not_built.cpp the entry points of a build without cuBLASLt
 //
 // Row-major tensors are column-major matrices transposed, so every GEMM here
