@@ -6,10 +6,10 @@
 //   linear_describe.cpp  describe (descriptors -> LinearProblem), buffers, check (aux and epilogue rules)
 //   linear_cublaslt.cpp  the handle's cuBLASLt state, the algorithm cache, GEMM launch
 //   linear_plan.cpp      plan: forward (fused epilogue or GEMM + our pass), backward (workspace
-//                        layout, dgrad / wgrad GEMMs), and our kernels' shapes
+//                        layout, dgrad / wgrad GEMMs), and our kernels' launches (LinearLaunch)
 //   linear_launch.cpp    launch: the planned GEMMs and our kernels
 //   linear_api.cpp       the C entry points: one run_op / query_op each
-//   linear_kernels.cu    our own epilogue kernels
+//   linear_kernels.cu    our own epilogue kernels; their launchers launch the plan's LinearLaunch
 //   linear_not_built.cpp the entry points of a build without cuBLASLt
 //
 // Row-major tensors are column-major matrices transposed, so every GEMM here
@@ -211,7 +211,9 @@ struct LinearFwdArgs {
 
 // The plan's pointer class: each operand's alignment (alignment_of; 0:
 // absent). The plan's GEMMs are asked of cuBLASLt with stand-ins of these
-// alignments (stand_in), so it depends on nothing else of the pointers.
+// alignments (stand_in), and our kernels' `packed` is decided from them
+// (with the description's row strides), so it depends on nothing else of
+// the pointers.
 struct LinearFwdPtrs {
   uint32_t x = 0, w = 0, y = 0, bias = 0, aux = 0, unused = 0;
 };
@@ -223,7 +225,8 @@ enum class FwdPost : int32_t {
   ReluMask,     // RELU_BIAS GEMM into y: our mask pass y -> aux
   GeluFromAux,  // BIAS GEMM into aux (z): our pass y = gelu(z)
   GeluInPlace,  // BIAS GEMM into y (inference): our pass y = gelu(y)
-  NoInner       // k = 0: y = act(0 + bias) without a GEMM
+  NoInner,      // k = 0: y = 0 without a GEMM, then our epilogue kernel: y = act(0 + bias)
+  Zero          // k = 0, no activation and no bias: y = 0 alone
 };
 
 struct LinearFwdPlan {
@@ -231,6 +234,7 @@ struct LinearFwdPlan {
   const LinearState *state = nullptr;  // the handle's (its cuBLASLt handle)
   GemmPlan gemm;
   FwdPost post = FwdPost::None;
+  LinearLaunch pass;  // our kernel of `post` (Epilogue, ReluMask, Gelu*, NoInner)
 };
 
 struct LinearFwd {
@@ -290,6 +294,11 @@ struct LinearBwdPlan {
   bool db_pass = false;     // db from our column sums (no fused bias gradient)
   bool dz_flat = false;        // the dz pass element-wise (launch_linear_bwd_act's flat)
   bool producer_flat = false;  // likewise the producer's derivative over dx
+  bool dz_written = false;     // the dz pass writes dz into the workspace (dx or dw wanted, k > 0)
+  bool n1_sums = false;        // n = 1: dw or db wanted (the pass's partial sums, then their finish)
+  LinearLaunch dz_pass;        // over dy: dz and / or db's partial sums (with an activation or db_pass)
+  LinearLaunch producer_pass;  // over dx: the producer's derivative (chained, dgrad not fused)
+  LinearLaunch n1_pass, n1_finish;
   GemmPlan wgrad, dgrad;
 };
 

@@ -10,6 +10,8 @@
 namespace fnorm {
 namespace {
 
+using namespace linear_geometry;
+
 // GELU, tanh approximation (cuBLASLt's GELU epilogue; PyTorch's
 // gelu(approximate="tanh")), and its derivative.
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -32,8 +34,6 @@ __device__ __forceinline__ float gelu_grad(float z) {
   const float t = tanh_fast(kGeluBeta * (z + kGeluKappa * z2 * z));
   return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * kGeluBeta * (1.f + 3.f * kGeluKappa * z2);
 }
-
-constexpr int kFwdGroup = 8;  // columns per thread: one byte of the ReLU mask
 
 template <typename T, LinearAct ACT>
 __global__ void __launch_bounds__(256)
@@ -71,19 +71,9 @@ __global__ void __launch_bounds__(256)
 // The element-wise passes below: blocks of 32 x 8 threads, a thread per 8
 // consecutive columns (16 bytes of fp16/bf16, 32 of fp32; one byte of the
 // ReLU mask) of one row; grid.x over a row's 256-column tiles, grid.y over
-// groups of 8 rows (striding when rows exceed 8 x 65535). No 64-bit
-// division per element (the first mask pass's 1-D indexing spent more on
-// it than on memory).
-constexpr int kColLanes = 32;
-constexpr int kRowLanes = 8;
-constexpr int kEwVec = 8;
-constexpr int kEwTile = kColLanes * kEwVec;
-
-dim3 ew_grid(int64_t rows, int64_t cols) {
-  const int64_t gx = cols / kEwTile + (cols % kEwTile != 0);
-  const int64_t gy = std::min<int64_t>(rows / kRowLanes + (rows % kRowLanes != 0), 65535);
-  return dim3(static_cast<unsigned>(std::max<int64_t>(gx, 1)), static_cast<unsigned>(std::max<int64_t>(gy, 1)));
-}
+// groups of 8 rows (striding when rows exceed 8 x 65535: the plan's grid,
+// linear_plan.cpp). No 64-bit division per element (the first mask pass's
+// 1-D indexing spent more on it than on memory).
 
 // Forward after cuBLASLt's RELU_BIAS GEMM (no aux): the ReLU mask from y,
 // in the aux format (linear_kernels.hpp). The bit is y > 0, as PyTorch's
@@ -190,9 +180,6 @@ __global__ void __launch_bounds__(kColLanes *kRowLanes)
 // epilogue is not used): 32 lanes x 4 consecutive columns (a warp covers
 // 128 columns, 256 contiguous bytes of fp16 per row) by 8 row lanes, each
 // block one row slice of one column tile.
-constexpr int kVec = 4;
-constexpr int kTileCols = kVec * kColLanes;
-constexpr int kColsPerSplitTile = kTileCols;  // linear_colsum_splits's column tile
 
 // dy and dz may be the same buffer: no __restrict__ on them.
 // packed: dy, dz (and GELU's aux) rows start 4-element aligned, so each
@@ -272,9 +259,7 @@ __global__ void __launch_bounds__(kColLanes *kRowLanes)
 // linear_n1_finish_kernel adds the slices in a fixed order.
 // w's element c is at w[c * w_stride] (W [1, k] or [k, 1] with its ld).
 // packed: x and dx 16-byte aligned with 16-byte aligned rows. Uniform.
-constexpr int kN1Vec = 8;
 constexpr int kN1Unroll = 4;
-constexpr int kN1Tile = kN1Vec * kColLanes;
 
 template <typename T, LinearAct ACT>
 __global__ void __launch_bounds__(kColLanes *kRowLanes)
@@ -381,117 +366,98 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The launchers: each launches the plan's LinearLaunch (linear_plan.cpp
+// sized the grid and chose `packed` from the problem and the pointer class).
+
+dim3 grid_of(const LinearLaunch &l) { return dim3(l.grid_x, l.grid_y); }
+dim3 block_of(const LinearLaunch &l) { return dim3(l.block_x, l.block_y); }
+
 template <typename T, LinearAct ACT>
-cudaError_t fwd_epilogue(void *y, int64_t rows, int64_t cols, int64_t ldy, const void *bias, void *aux,
-                         cudaStream_t stream) {
-  const int64_t work = rows * ((cols + kFwdGroup - 1) / kFwdGroup);
-  // A grid-stride loop: 8192 blocks of 256 threads cover the largest device
-  // several times over.
-  const int blocks = static_cast<int>(std::min<int64_t>((work + 255) / 256, 8192));
-  linear_fwd_epilogue_kernel<T, ACT><<<blocks, 256, 0, stream>>>(
+cudaError_t fwd_epilogue(const LinearLaunch &l, void *y, int64_t rows, int64_t cols, int64_t ldy, const void *bias,
+                         void *aux, cudaStream_t stream) {
+  linear_fwd_epilogue_kernel<T, ACT><<<grid_of(l), block_of(l), 0, stream>>>(
       static_cast<T *>(y), rows, cols, ldy, static_cast<const T *>(bias), aux, linear_aux_ld(ACT, cols));
   return cudaPeekAtLastError();
 }
 
 template <typename T>
-cudaError_t fwd_epilogue_t(LinearAct act, void *y, int64_t rows, int64_t cols, int64_t ldy, const void *bias,
-                           void *aux, cudaStream_t stream) {
+cudaError_t fwd_epilogue_t(const LinearLaunch &l, LinearAct act, void *y, int64_t rows, int64_t cols, int64_t ldy,
+                           const void *bias, void *aux, cudaStream_t stream) {
   switch (act) {
-    case LinearAct::None: return fwd_epilogue<T, LinearAct::None>(y, rows, cols, ldy, bias, aux, stream);
-    case LinearAct::Relu: return fwd_epilogue<T, LinearAct::Relu>(y, rows, cols, ldy, bias, aux, stream);
-    case LinearAct::Gelu: return fwd_epilogue<T, LinearAct::Gelu>(y, rows, cols, ldy, bias, aux, stream);
+    case LinearAct::None: return fwd_epilogue<T, LinearAct::None>(l, y, rows, cols, ldy, bias, aux, stream);
+    case LinearAct::Relu: return fwd_epilogue<T, LinearAct::Relu>(l, y, rows, cols, ldy, bias, aux, stream);
+    case LinearAct::Gelu: return fwd_epilogue<T, LinearAct::Gelu>(l, y, rows, cols, ldy, bias, aux, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-template <typename T>
-bool rows_aligned16(const void *p, int64_t ld) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * sizeof(T)) % 16 == 0;
-}
-
 template <typename T, LinearAct ACT>
-cudaError_t bwd_act(const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz, int64_t rows,
-                    int64_t cols, float *partial, int splits, bool flat, cudaStream_t stream) {
+cudaError_t bwd_act(const LinearLaunch &l, bool flat, const void *dy, int64_t lddy, const void *aux, void *dz,
+                    int64_t lddz, int64_t rows, int64_t cols, float *partial, cudaStream_t stream) {
   const int64_t aux_ld = linear_aux_ld(ACT, cols);
   if (flat) {
-    // GELU's aux rows are ld = 8k elements apart from a 16-byte aligned base.
-    const bool packed = rows_aligned16<T>(dy, lddy) && rows_aligned16<T>(dz, lddz) &&
-                        (ACT != LinearAct::Gelu || rows_aligned16<T>(aux, aux_ld));
-    linear_dz_kernel<T, ACT><<<ew_grid(rows, cols), dim3(kColLanes, kRowLanes), 0, stream>>>(
-        static_cast<const T *>(dy), lddy, aux, aux_ld, static_cast<T *>(dz), lddz, rows, cols, packed);
+    linear_dz_kernel<T, ACT><<<grid_of(l), block_of(l), 0, stream>>>(
+        static_cast<const T *>(dy), lddy, aux, aux_ld, static_cast<T *>(dz), lddz, rows, cols, l.packed);
     return cudaPeekAtLastError();
   }
-  const int64_t rows_per_split = (rows + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>(cols / kTileCols + (cols % kTileCols != 0)), static_cast<unsigned>(splits));
-  constexpr uintptr_t kAlign = sizeof(T) * kVec;
-  const bool packed = reinterpret_cast<uintptr_t>(dy) % kAlign == 0 && lddy % kVec == 0 &&
-                      (dz == nullptr || (reinterpret_cast<uintptr_t>(dz) % kAlign == 0 && lddz % kVec == 0)) &&
-                      (ACT != LinearAct::Gelu || reinterpret_cast<uintptr_t>(aux) % kAlign == 0);
-  linear_bwd_act_kernel<T, ACT><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
+  linear_bwd_act_kernel<T, ACT><<<grid_of(l), block_of(l), 0, stream>>>(
       static_cast<const T *>(dy), lddy, aux, aux_ld, static_cast<T *>(dz), lddz, rows, cols, partial,
-      rows_per_split, packed);
+      l.rows_per_split, l.packed);
   return cudaPeekAtLastError();
 }
 
 template <typename T>
-cudaError_t bwd_act_t(LinearAct act, const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz,
-                      int64_t rows, int64_t cols, float *partial, int splits, bool flat, cudaStream_t stream) {
+cudaError_t bwd_act_t(const LinearLaunch &l, bool flat, LinearAct act, const void *dy, int64_t lddy, const void *aux,
+                      void *dz, int64_t lddz, int64_t rows, int64_t cols, float *partial, cudaStream_t stream) {
   switch (act) {
     case LinearAct::None:
-      return bwd_act<T, LinearAct::None>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act<T, LinearAct::None>(l, flat, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
     case LinearAct::Relu:
-      return bwd_act<T, LinearAct::Relu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act<T, LinearAct::Relu>(l, flat, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
     case LinearAct::Gelu:
-      return bwd_act<T, LinearAct::Gelu>(dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act<T, LinearAct::Gelu>(l, flat, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 template <typename T>
-cudaError_t relu_mask(const void *y, int64_t ldy, int64_t rows, int64_t cols, void *aux, cudaStream_t stream) {
+cudaError_t relu_mask(const LinearLaunch &l, const void *y, int64_t ldy, int64_t rows, int64_t cols, void *aux,
+                      cudaStream_t stream) {
   const int64_t row_bytes = linear_aux_ld(LinearAct::Relu, cols) / 8;
-  // One thread per mask byte: grid.x over a row's bytes in 32s.
-  dim3 grid = ew_grid(rows, 1);
-  grid.x = static_cast<unsigned>(row_bytes / kColLanes + (row_bytes % kColLanes != 0));
-  linear_relu_mask_kernel<T><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
-      static_cast<const T *>(y), ldy, rows, cols, static_cast<unsigned char *>(aux), row_bytes,
-      rows_aligned16<T>(y, ldy));
+  linear_relu_mask_kernel<T><<<grid_of(l), block_of(l), 0, stream>>>(
+      static_cast<const T *>(y), ldy, rows, cols, static_cast<unsigned char *>(aux), row_bytes, l.packed);
   return cudaPeekAtLastError();
 }
 
 template <typename T>
-cudaError_t gelu_pass(const void *z, int64_t ldz, void *y, int64_t ldy, int64_t rows, int64_t cols,
-                      cudaStream_t stream) {
-  linear_gelu_pass_kernel<T><<<ew_grid(rows, cols), dim3(kColLanes, kRowLanes), 0, stream>>>(
-      static_cast<const T *>(z), ldz, static_cast<T *>(y), ldy, rows, cols,
-      rows_aligned16<T>(z, ldz) && rows_aligned16<T>(y, ldy));
+cudaError_t gelu_pass(const LinearLaunch &l, const void *z, int64_t ldz, void *y, int64_t ldy, int64_t rows,
+                      int64_t cols, cudaStream_t stream) {
+  linear_gelu_pass_kernel<T><<<grid_of(l), block_of(l), 0, stream>>>(
+      static_cast<const T *>(z), ldz, static_cast<T *>(y), ldy, rows, cols, l.packed);
   return cudaPeekAtLastError();
 }
 
 template <typename T, LinearAct ACT>
-cudaError_t bwd_n1(const LinearN1Args &a, cudaStream_t stream) {
-  const int64_t rows_per_split = (a.rows + a.splits - 1) / a.splits;
-  const dim3 grid(static_cast<unsigned>(a.cols / kN1Tile + (a.cols % kN1Tile != 0)), static_cast<unsigned>(a.splits));
-  const bool packed = (a.partial == nullptr || rows_aligned16<T>(a.x, a.ldx)) &&
-                      (a.dx == nullptr || rows_aligned16<T>(a.dx, a.lddx));
-  linear_bwd_n1_kernel<T, ACT><<<grid, dim3(kColLanes, kRowLanes), 0, stream>>>(
+cudaError_t bwd_n1(const LinearLaunch &pass, const LinearLaunch &finish, const LinearN1Args &a, cudaStream_t stream) {
+  linear_bwd_n1_kernel<T, ACT><<<grid_of(pass), block_of(pass), 0, stream>>>(
       static_cast<const T *>(a.dy), a.lddy, a.aux, linear_aux_ld(ACT, 1), static_cast<const T *>(a.x), a.ldx,
       static_cast<const T *>(a.w), a.w_stride, static_cast<T *>(a.dx), a.lddx, a.rows, a.cols, a.partial,
-      rows_per_split, packed);
+      pass.rows_per_split, pass.packed);
   cudaError_t e = cudaPeekAtLastError();
   if (e != cudaSuccess || a.partial == nullptr) return e;
-  const int64_t warps = a.cols + 1;
-  linear_n1_finish_kernel<T><<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
-      a.partial, a.splits, a.cols, static_cast<T *>(a.dw), a.dw_stride, static_cast<T *>(a.db));
+  // The slices to add are the pass's row slices (its grid_y).
+  linear_n1_finish_kernel<T><<<grid_of(finish), block_of(finish), 0, stream>>>(
+      a.partial, static_cast<int>(pass.grid_y), a.cols, static_cast<T *>(a.dw), a.dw_stride, static_cast<T *>(a.db));
   return cudaPeekAtLastError();
 }
 
 template <typename T>
-cudaError_t bwd_n1_t(const LinearN1Args &a, cudaStream_t stream) {
+cudaError_t bwd_n1_t(const LinearLaunch &pass, const LinearLaunch &finish, const LinearN1Args &a,
+                     cudaStream_t stream) {
   switch (a.act) {
-    case LinearAct::None: return bwd_n1<T, LinearAct::None>(a, stream);
-    case LinearAct::Relu: return bwd_n1<T, LinearAct::Relu>(a, stream);
-    case LinearAct::Gelu: return bwd_n1<T, LinearAct::Gelu>(a, stream);
+    case LinearAct::None: return bwd_n1<T, LinearAct::None>(pass, finish, a, stream);
+    case LinearAct::Relu: return bwd_n1<T, LinearAct::Relu>(pass, finish, a, stream);
+    case LinearAct::Gelu: return bwd_n1<T, LinearAct::Gelu>(pass, finish, a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -519,51 +485,51 @@ int linear_colsum_splits(int64_t rows, int64_t cols, int sm_count) {
   return static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
 }
 
-cudaError_t launch_linear_fwd_epilogue(fnorm_dtype_t dtype, LinearAct act, void *y, int64_t rows,
-                                       int64_t cols, int64_t ldy, const void *bias, void *aux,
+cudaError_t launch_linear_fwd_epilogue(const LinearLaunch &l, fnorm_dtype_t dtype, LinearAct act, void *y,
+                                       int64_t rows, int64_t cols, int64_t ldy, const void *bias, void *aux,
                                        cudaStream_t stream) {
   switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return fwd_epilogue_t<float>(act, y, rows, cols, ldy, bias, aux, stream);
-    case FNORM_DTYPE_FLOAT16: return fwd_epilogue_t<__half>(act, y, rows, cols, ldy, bias, aux, stream);
+    case FNORM_DTYPE_FLOAT32: return fwd_epilogue_t<float>(l, act, y, rows, cols, ldy, bias, aux, stream);
+    case FNORM_DTYPE_FLOAT16: return fwd_epilogue_t<__half>(l, act, y, rows, cols, ldy, bias, aux, stream);
     case FNORM_DTYPE_BFLOAT16:
-      return fwd_epilogue_t<__nv_bfloat16>(act, y, rows, cols, ldy, bias, aux, stream);
+      return fwd_epilogue_t<__nv_bfloat16>(l, act, y, rows, cols, ldy, bias, aux, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_linear_bwd_act(fnorm_dtype_t dtype, LinearAct act, const void *dy, int64_t lddy,
-                                  const void *aux, void *dz, int64_t lddz, int64_t rows, int64_t cols,
-                                  float *partial, int splits, bool flat, cudaStream_t stream) {
+cudaError_t launch_linear_bwd_act(const LinearLaunch &l, bool flat, fnorm_dtype_t dtype, LinearAct act,
+                                  const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz,
+                                  int64_t rows, int64_t cols, float *partial, cudaStream_t stream) {
   switch (dtype) {
     case FNORM_DTYPE_FLOAT32:
-      return bwd_act_t<float>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act_t<float>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
     case FNORM_DTYPE_FLOAT16:
-      return bwd_act_t<__half>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act_t<__half>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
     case FNORM_DTYPE_BFLOAT16:
-      return bwd_act_t<__nv_bfloat16>(act, dy, lddy, aux, dz, lddz, rows, cols, partial, splits, flat, stream);
+      return bwd_act_t<__nv_bfloat16>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_linear_relu_mask(fnorm_dtype_t dtype, const void *y, int64_t ldy, int64_t rows, int64_t cols,
-                                    void *aux, cudaStream_t stream) {
+cudaError_t launch_linear_relu_mask(const LinearLaunch &l, fnorm_dtype_t dtype, const void *y, int64_t ldy,
+                                    int64_t rows, int64_t cols, void *aux, cudaStream_t stream) {
   switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return relu_mask<float>(y, ldy, rows, cols, aux, stream);
-    case FNORM_DTYPE_FLOAT16: return relu_mask<__half>(y, ldy, rows, cols, aux, stream);
-    case FNORM_DTYPE_BFLOAT16: return relu_mask<__nv_bfloat16>(y, ldy, rows, cols, aux, stream);
+    case FNORM_DTYPE_FLOAT32: return relu_mask<float>(l, y, ldy, rows, cols, aux, stream);
+    case FNORM_DTYPE_FLOAT16: return relu_mask<__half>(l, y, ldy, rows, cols, aux, stream);
+    case FNORM_DTYPE_BFLOAT16: return relu_mask<__nv_bfloat16>(l, y, ldy, rows, cols, aux, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_linear_gelu_pass(fnorm_dtype_t dtype, const void *z, int64_t ldz, void *y, int64_t ldy,
-                                    int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t launch_linear_gelu_pass(const LinearLaunch &l, fnorm_dtype_t dtype, const void *z, int64_t ldz, void *y,
+                                    int64_t ldy, int64_t rows, int64_t cols, cudaStream_t stream) {
   switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return gelu_pass<float>(z, ldz, y, ldy, rows, cols, stream);
-    case FNORM_DTYPE_FLOAT16: return gelu_pass<__half>(z, ldz, y, ldy, rows, cols, stream);
-    case FNORM_DTYPE_BFLOAT16: return gelu_pass<__nv_bfloat16>(z, ldz, y, ldy, rows, cols, stream);
+    case FNORM_DTYPE_FLOAT32: return gelu_pass<float>(l, z, ldz, y, ldy, rows, cols, stream);
+    case FNORM_DTYPE_FLOAT16: return gelu_pass<__half>(l, z, ldz, y, ldy, rows, cols, stream);
+    case FNORM_DTYPE_BFLOAT16: return gelu_pass<__nv_bfloat16>(l, z, ldz, y, ldy, rows, cols, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;
@@ -579,11 +545,12 @@ int linear_n1_splits(int64_t rows, int64_t cols, int sm_count) {
   return static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
 }
 
-cudaError_t launch_linear_bwd_n1(fnorm_dtype_t dtype, const LinearN1Args &args, cudaStream_t stream) {
+cudaError_t launch_linear_bwd_n1(const LinearLaunch &pass, const LinearLaunch &finish, fnorm_dtype_t dtype,
+                                 const LinearN1Args &args, cudaStream_t stream) {
   switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return bwd_n1_t<float>(args, stream);
-    case FNORM_DTYPE_FLOAT16: return bwd_n1_t<__half>(args, stream);
-    case FNORM_DTYPE_BFLOAT16: return bwd_n1_t<__nv_bfloat16>(args, stream);
+    case FNORM_DTYPE_FLOAT32: return bwd_n1_t<float>(pass, finish, args, stream);
+    case FNORM_DTYPE_FLOAT16: return bwd_n1_t<__half>(pass, finish, args, stream);
+    case FNORM_DTYPE_BFLOAT16: return bwd_n1_t<__nv_bfloat16>(pass, finish, args, stream);
     default: break;  // the one-byte output dtypes: refused below
   }
   return cudaErrorInvalidValue;

@@ -7,7 +7,9 @@
 // region also holds launch_linear_bwd_n1's sums), then the wgrad GEMM (dw and
 // maybe db) and the dgrad GEMM (dx and maybe the producer's derivative).
 // Every cuBLASLt heuristic answer comes here, before the first launch, so a
-// refused call writes nothing.
+// refused call writes nothing. Our kernels' launches (grid, block, and
+// whether they move whole packs) are made here too, from the problem and
+// the pointer class.
 #include <algorithm>
 
 #include "linear/linear.hpp"
@@ -21,6 +23,87 @@ namespace {
 // aligned as the call's (alignment_of), never dereferenced. Null when absent.
 void *stand_in(uint32_t alignment) { return reinterpret_cast<void *>(static_cast<uintptr_t>(alignment)); }
 uint32_t class_of(const void *p) { return p != nullptr ? alignment_of(p) : 0; }
+// The class of the workspace's dz region: the workspace aligned to 256
+// bytes (aligned_workspace) plus dz_offset (0, or cuBLASLt's 32 MiB).
+constexpr uint32_t kDzClass = 256;
+
+// ---- our kernels' launches (linear_kernels.cu's geometry) ----
+using namespace linear_geometry;
+
+// Whether a pointer of class `cls` is a multiple of `bytes` (a power of two
+// of at most 256): its alignment (alignment_of, capped at 256) reaches it,
+// or it is NULL (0, a multiple of anything).
+bool aligned(uint32_t cls, size_t bytes) { return cls == 0 || cls >= bytes; }
+// The pointer and every row (ld elements of es bytes apart) 16-byte aligned.
+bool rows_aligned16(uint32_t cls, int64_t ld, size_t es) { return aligned(cls, 16) && (ld * es) % 16 == 0; }
+
+// The element-wise passes: a block of kColLanes x kRowLanes per kEwTile
+// columns of kRowLanes rows; grid.y at most 65535 (the kernels stride over
+// more rows).
+LinearLaunch ew_launch(int64_t rows, int64_t cols) {
+  const int64_t gx = cols / kEwTile + (cols % kEwTile != 0);
+  const int64_t gy = std::min<int64_t>(rows / kRowLanes + (rows % kRowLanes != 0), 65535);
+  LinearLaunch l;
+  l.grid_x = static_cast<uint32_t>(std::max<int64_t>(gx, 1));
+  l.grid_y = static_cast<uint32_t>(std::max<int64_t>(gy, 1));
+  l.block_x = kColLanes;
+  l.block_y = kRowLanes;
+  return l;
+}
+
+// The forward epilogue: a grid-stride loop; 8192 blocks of 256 threads
+// cover the largest device several times over.
+LinearLaunch epilogue_launch(int64_t rows, int64_t cols) {
+  const int64_t work = rows * ((cols + kFwdGroup - 1) / kFwdGroup);
+  LinearLaunch l;
+  l.grid_x = static_cast<uint32_t>(std::min<int64_t>((work + 255) / 256, 8192));
+  l.block_x = 256;
+  return l;
+}
+
+// The ReLU mask from y: a thread per mask byte, grid.x over a row's bytes
+// in kColLanes; packed: y and its rows 16-byte aligned.
+LinearLaunch relu_mask_launch(const LinearProblem &p, uint32_t y) {
+  const int64_t row_bytes = linear_aux_ld(LinearAct::Relu, p.n) / 8;
+  LinearLaunch l = ew_launch(p.m, 1);
+  l.grid_x = static_cast<uint32_t>(row_bytes / kColLanes + (row_bytes % kColLanes != 0));
+  l.packed = rows_aligned16(y, p.y.row_stride, dtype_size(p.dtype));
+  return l;
+}
+
+// y = gelu(z): packed when z, y and their rows are 16-byte aligned.
+LinearLaunch gelu_launch(const LinearProblem &p, uint32_t z, int64_t ldz, uint32_t y) {
+  const size_t es = dtype_size(p.dtype);
+  LinearLaunch l = ew_launch(p.m, p.n);
+  l.packed = rows_aligned16(z, ldz, es) && rows_aligned16(y, p.y.row_stride, es);
+  return l;
+}
+
+// launch_linear_bwd_act over [rows, cols]: the element-wise form (`flat`;
+// packed: dy, dz and GELU's aux with 16-byte aligned rows; GELU's aux rows
+// are ld = 8k elements apart) or the row-slice tiles (`splits` slices;
+// packed: every thread's 4 columns one access: dy, dz (when written) and
+// GELU's aux 4-element aligned, their row strides multiples of 4).
+LinearLaunch act_launch(fnorm_dtype_t dtype, LinearAct act, bool flat, int64_t rows, int64_t cols, uint32_t dy,
+                        int64_t lddy, uint32_t aux, uint32_t dz, int64_t lddz, int splits) {
+  const size_t es = dtype_size(dtype);
+  if (flat) {
+    LinearLaunch l = ew_launch(rows, cols);
+    l.packed = rows_aligned16(dy, lddy, es) && rows_aligned16(dz, lddz, es) &&
+               (act != LinearAct::Gelu || rows_aligned16(aux, linear_aux_ld(act, cols), es));
+    return l;
+  }
+  LinearLaunch l;
+  l.grid_x = static_cast<uint32_t>(cols / kTileCols + (cols % kTileCols != 0));
+  l.grid_y = static_cast<uint32_t>(splits);
+  l.block_x = kColLanes;
+  l.block_y = kRowLanes;
+  l.rows_per_split = (rows + splits - 1) / splits;
+  const size_t vec = es * kVec;
+  l.packed = aligned(dy, vec) && lddy % kVec == 0 && (dz == 0 || (aligned(dz, vec) && lddz % kVec == 0)) &&
+             (act != LinearAct::Gelu || aligned(aux, vec));
+  return l;
+}
 
 // Whether the activation comes from our pass beside a GEMM without it (or
 // without aux) rather than from cuBLASLt's epilogue. Measured in one
@@ -136,9 +219,11 @@ LinearFwdPtrs LinearFwd::pointer_class(fnorm_handle *, const LinearProblem &, co
 }
 
 LinearFwdPlan LinearFwd::plan(fnorm_handle *h, const LinearProblem &p, const LinearFwdPtrs &ptrs) {
+  const LinearAct act = act_of(p.epilogue);
   if (p.k == 0) {  // y = act(0 + bias), and aux what the backward needs, without a GEMM
     LinearFwdPlan plan;
-    plan.post = FwdPost::NoInner;
+    plan.post = act != LinearAct::None || ptrs.bias != 0 ? FwdPost::NoInner : FwdPost::Zero;
+    if (plan.post == FwdPost::NoInner) plan.pass = epilogue_launch(p.m, p.n);
     return plan;
   }
   LinearBuffers buf;
@@ -151,6 +236,16 @@ LinearFwdPlan LinearFwd::plan(fnorm_handle *h, const LinearProblem &p, const Lin
   LinearFwdPlan plan = plan_fwd(s, h->tuning, p, buf);
   plan.state = &s;
   plan.sizes = sizes(h, p, ptrs);
+  switch (plan.post) {
+    case FwdPost::None:
+    case FwdPost::NoInner:
+    case FwdPost::Zero:
+      break;
+    case FwdPost::Epilogue: plan.pass = epilogue_launch(p.m, p.n); break;
+    case FwdPost::ReluMask: plan.pass = relu_mask_launch(p, ptrs.y); break;
+    case FwdPost::GeluFromAux: plan.pass = gelu_launch(p, ptrs.aux, linear_aux_ld(LinearAct::Gelu, p.n), ptrs.y); break;
+    case FwdPost::GeluInPlace: plan.pass = gelu_launch(p, ptrs.y, p.y.row_stride, ptrs.y); break;
+  }
   return plan;
 }
 
@@ -259,31 +354,73 @@ GemmPlan plan_dgrad(LinearState &s, const Tuning &t, const LinearBwdDesc &c, con
 
 }  // namespace
 
+LinearBwdPtrs LinearBwd::pointer_class(fnorm_handle *, const LinearBwdDesc &, const LinearBwdArgs &a) {
+  return {class_of(a.x),  class_of(a.w),  class_of(a.dy), class_of(a.aux), class_of(a.x_aux),
+          class_of(a.dx), class_of(a.dw), class_of(a.db), class_of(a.x_db), 0};
+}
+
+namespace {
+
 // Whether the activation's backward pass writes dz element-wise rather than
 // in row-slice tiles (which also sum columns), where no column sums are
 // needed. The element-wise pass took 7 us off the dz step of fp16 ReLU /
 // GELU at 8192 x 1024 (backward 69.2 against 76.2 us at 1024 x 784) but
 // added 7-18 us to fp32 ReLU (707 against 689), where the tiles stay (fp32
 // GELU: equal) (H200, bench/ab_linear.py, 2026-11-22).
-static bool flat_wins(fnorm_dtype_t dtype, LinearAct act) { return !(dtype == FNORM_DTYPE_FLOAT32 && act == LinearAct::Relu); }
+bool flat_wins(fnorm_dtype_t dtype, LinearAct act) { return !(dtype == FNORM_DTYPE_FLOAT32 && act == LinearAct::Relu); }
 
-LinearBwdPtrs LinearBwd::pointer_class(fnorm_handle *, const LinearBwdDesc &, const LinearBwdArgs &a) {
-  return {class_of(a.x),  class_of(a.w),  class_of(a.dy), class_of(a.aux), class_of(a.x_aux),
-          class_of(a.dx), class_of(a.dw), class_of(a.db), class_of(a.x_db), 0};
+// The dz pass over dy [m, n] (row stride dy's), into the workspace's dz
+// region (row stride n) where dz is written.
+LinearLaunch dz_launch(const LinearBwdPlan &plan, const LinearBwdDesc &c, const LinearBwdPtrs &ptrs) {
+  const LinearProblem &p = c.p;
+  return act_launch(p.dtype, c.act, plan.dz_flat, p.m, p.n, ptrs.dy, p.y.row_stride, ptrs.aux,
+                    plan.dz_written ? kDzClass : 0, p.n, plan.layout.splits_n);
 }
+
+// launch_linear_bwd_n1: a block per (kN1Tile columns of k, row slice);
+// packed: x (when the sums read it) and dx with 16-byte aligned rows. The
+// finish: a warp per entry of dw and db (k + 1 entries), 256-thread blocks.
+void plan_n1(LinearBwdPlan &plan, const LinearBwdDesc &c, const LinearBwdPtrs &ptrs) {
+  const LinearProblem &p = c.p;
+  const int splits = plan.layout.splits_n1;
+  const size_t es = dtype_size(p.dtype);
+  plan.n1_sums = ptrs.dw != 0 || ptrs.db != 0;
+  LinearLaunch &l = plan.n1_pass;
+  l.grid_x = static_cast<uint32_t>(p.k / kN1Tile + (p.k % kN1Tile != 0));
+  l.grid_y = static_cast<uint32_t>(splits);
+  l.block_x = kColLanes;
+  l.block_y = kRowLanes;
+  l.rows_per_split = (p.m + splits - 1) / splits;
+  l.packed = (!plan.n1_sums || rows_aligned16(ptrs.x, p.x.row_stride, es)) &&
+             (ptrs.dx == 0 || rows_aligned16(ptrs.dx, c.dxm.row_stride, es));
+  const int64_t warps = p.k + 1;
+  plan.n1_finish.grid_x = static_cast<uint32_t>((warps * 32 + 255) / 256);
+  plan.n1_finish.block_x = 256;
+}
+
+}  // namespace
 
 LinearBwdPlan LinearBwd::plan(fnorm_handle *h, const LinearBwdDesc &c, const LinearBwdPtrs &ptrs) {
   LinearBwdPlan plan;
   plan.layout = bwd_layout(c.p, c.chained(), h->info.sm_count);
   plan.sizes.workspace = plan.layout.bytes;
   plan.degenerate = c.degenerate();
-  if (plan.degenerate) return plan;
+  if (plan.degenerate) {
+    // k = 0 with rows and columns of dz: db, the column sums of dz, from
+    // our pass (dz itself is not written).
+    plan.db_pass = c.p.m != 0 && c.p.n != 0 && ptrs.db != 0;
+    if (plan.db_pass) plan.dz_pass = dz_launch(plan, c, ptrs);
+    return plan;
+  }
   // n = 1: dx is an outer product and dw a matrix-vector product; one pass
   // of ours (and a short one adding its partial sums) instead of the dz
   // pass, two GEMMs and the bias-gradient passes, which took 18.5 us against
   // autograd's 15.9 at fp16 8192 x 1 x 256 (H200, 2026-11-22).
   plan.n1 = plan.layout.splits_n1 > 0 && !c.chained() && !h->tuning.linear_no_n1;
-  if (plan.n1) return plan;
+  if (plan.n1) {
+    plan_n1(plan, c, ptrs);
+    return plan;
+  }
   LinearState &s = state_of(h);
   plan.state = &s;
   LinearBuffers buf;
@@ -292,7 +429,7 @@ LinearBwdPlan LinearBwd::plan(fnorm_handle *h, const LinearBwdDesc &c, const Lin
   buf.x_db = stand_in(ptrs.x_db);
   // dz is dy, or (with an activation) formed first in the workspace's
   // 256-byte aligned dz region.
-  buf.dz = c.act != LinearAct::None ? stand_in(256) : buf.dy;
+  buf.dz = c.act != LinearAct::None ? stand_in(kDzClass) : buf.dy;
   const int64_t lddz = c.act != LinearAct::None ? c.p.n : c.p.y.row_stride;
   if (buf.dw != nullptr) {
     plan.wgrad = plan_wgrad(s, h->tuning, c, buf, lddz);
@@ -304,7 +441,12 @@ LinearBwdPlan LinearBwd::plan(fnorm_handle *h, const LinearBwdDesc &c, const Lin
   }
   plan.db_pass = buf.db != nullptr && !(plan.wgrad_planned && plan.wgrad.fused);
   plan.dz_flat = !plan.db_pass && (buf.dx != nullptr || buf.dw != nullptr) && flat_wins(c.p.dtype, c.act);
+  plan.dz_written = c.act != LinearAct::None && (buf.dx != nullptr || buf.dw != nullptr);
+  if (c.act != LinearAct::None || plan.db_pass) plan.dz_pass = dz_launch(plan, c, ptrs);
   plan.producer_flat = buf.x_db == nullptr && flat_wins(c.p.dtype, c.prod_act);
+  if (c.chained() && plan.dgrad_planned && !plan.dgrad.fused)  // dx in place, with the producer's aux
+    plan.producer_pass = act_launch(c.p.dtype, c.prod_act, plan.producer_flat, c.p.m, c.p.k, ptrs.dx,
+                                    c.dxm.row_stride, ptrs.x_aux, ptrs.dx, c.dxm.row_stride, plan.layout.splits_k);
   return plan;
 }
 

@@ -37,16 +37,22 @@ fn opt_tensor(d: Option<&TensorDesc>) -> sys::fnorm_tensor_desc_t {
     d.map_or(ptr::null_mut(), TensorDesc::as_raw)
 }
 
+/// A size query's answer: `query` calls the C function, which writes the
+/// bytes through the pointer it is given; its status is checked.
+fn size_query(query: impl FnOnce(*mut usize) -> sys::fnorm_status_t) -> Result<usize> {
+    let mut bytes = 0usize;
+    check(query(&mut bytes))?;
+    Ok(bytes)
+}
+
 impl Handle {
     // ---- LayerNorm / RMSNorm -------------------------------------------
 
     /// Bytes of workspace [`norm_fwd`](Self::norm_fwd) needs (`fnorm_norm_fwd_workspace_size`).
     pub fn norm_fwd_workspace_size(&self, norm: &NormDesc, x_desc: &TensorDesc, y_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
-            sys::fnorm_norm_fwd_workspace_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), y_desc.as_raw(), &mut b)
-        })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_norm_fwd_workspace_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), y_desc.as_raw(), b)
+        })
     }
 
     /// Normalization forward (`fnorm_norm_fwd`): y = LayerNorm/RMSNorm(s)
@@ -104,28 +110,24 @@ impl Handle {
         y_desc: &TensorDesc,
         scaling: QuantScaling,
     ) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
+        size_query(|b| unsafe {
             sys::fnorm_norm_fwd_quant_workspace_size(
                 self.as_raw(),
                 norm.as_raw(),
                 x_desc.as_raw(),
                 y_desc.as_raw(),
                 scaling.raw(),
-                &mut b,
+                b,
             )
-        })?;
-        Ok(b)
+        })
     }
 
     /// Bytes of [`norm_fwd_quant`](Self::norm_fwd_quant)'s `scale`
     /// (`fnorm_norm_fwd_quant_scale_size`): 4 per tensor, 4 * rows per token.
     pub fn norm_fwd_quant_scale_size(&self, norm: &NormDesc, x_desc: &TensorDesc, scaling: QuantScaling) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
-            sys::fnorm_norm_fwd_quant_scale_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), scaling.raw(), &mut b)
-        })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_norm_fwd_quant_scale_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), scaling.raw(), b)
+        })
     }
 
     /// Normalization forward writing y quantized (`fnorm_norm_fwd_quant`):
@@ -186,11 +188,9 @@ impl Handle {
     /// Bytes of workspace [`norm_bwd`](Self::norm_bwd) needs
     /// (`fnorm_norm_bwd_workspace_size`); `w_desc` None: no dgamma/dbeta.
     pub fn norm_bwd_workspace_size(&self, norm: &NormDesc, x_desc: &TensorDesc, w_desc: Option<&TensorDesc>) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
-            sys::fnorm_norm_bwd_workspace_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), opt_tensor(w_desc), &mut b)
-        })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_norm_bwd_workspace_size(self.as_raw(), norm.as_raw(), x_desc.as_raw(), opt_tensor(w_desc), b)
+        })
     }
 
     /// Normalization backward (`fnorm_norm_bwd`). `mean` (null for RMSNorm),
@@ -247,31 +247,31 @@ impl Handle {
 
     /// Bytes of workspace the training forward needs.
     pub fn batchnorm_fwd_train_workspace_size(&self, bn: &BatchNormDesc, x_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_batchnorm_fwd_train_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_batchnorm_fwd_train_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), b)
+        })
     }
 
     /// Bytes of the reserve space the training forward writes and the
     /// backward reads (the ReLU mask with the native engine).
     pub fn batchnorm_reserve_space_size(&self, bn: &BatchNormDesc, x_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_batchnorm_reserve_space_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_batchnorm_reserve_space_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), b)
+        })
     }
 
     /// Bytes of workspace the inference forward needs.
     pub fn batchnorm_fwd_infer_workspace_size(&self, bn: &BatchNormDesc, x_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_batchnorm_fwd_infer_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_batchnorm_fwd_infer_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), b)
+        })
     }
 
     /// Bytes of workspace the backward needs.
     pub fn batchnorm_bwd_workspace_size(&self, bn: &BatchNormDesc, x_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_batchnorm_bwd_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_batchnorm_bwd_workspace_size(self.as_raw(), bn.as_raw(), x_desc.as_raw(), b)
+        })
     }
 
     /// BatchNorm training forward (`fnorm_batchnorm_fwd_train`), SyncBatchNorm
@@ -431,9 +431,9 @@ impl Handle {
     /// (`fnorm_groupnorm_fwd_workspace_size`): per-split partial statistics,
     /// from the descriptor, x's description and the device alone.
     pub fn groupnorm_fwd_workspace_size(&self, gn: &GroupNormDesc, x_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_groupnorm_fwd_workspace_size(self.as_raw(), gn.as_raw(), x_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe {
+            sys::fnorm_groupnorm_fwd_workspace_size(self.as_raw(), gn.as_raw(), x_desc.as_raw(), b)
+        })
     }
 
     /// GroupNorm forward (`fnorm_groupnorm_fwd`), training and inference
@@ -501,18 +501,16 @@ impl Handle {
         w_desc: Option<&TensorDesc>,
         ss_desc: Option<&TensorDesc>,
     ) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
+        size_query(|b| unsafe {
             sys::fnorm_groupnorm_bwd_workspace_size(
                 self.as_raw(),
                 gn.as_raw(),
                 x_desc.as_raw(),
                 opt_tensor(w_desc),
                 opt_tensor(ss_desc),
-                &mut b,
+                b,
             )
-        })?;
-        Ok(b)
+        })
     }
 
     /// GroupNorm backward (`fnorm_groupnorm_bwd`) from the forward's saved
@@ -584,9 +582,7 @@ impl Handle {
     /// Bytes of the aux buffer a training forward with an activation writes
     /// (`fnorm_linear_aux_size`); 0 for None and Bias.
     pub fn linear_aux_size(&self, desc: &LinearDesc, y_desc: &TensorDesc) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe { sys::fnorm_linear_aux_size(self.as_raw(), desc.as_raw(), y_desc.as_raw(), &mut b) })?;
-        Ok(b)
+        size_query(|b| unsafe { sys::fnorm_linear_aux_size(self.as_raw(), desc.as_raw(), y_desc.as_raw(), b) })
     }
 
     /// Bytes of workspace [`linear_fwd`](Self::linear_fwd) needs.
@@ -597,18 +593,16 @@ impl Handle {
         w_desc: &TensorDesc,
         y_desc: &TensorDesc,
     ) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
+        size_query(|b| unsafe {
             sys::fnorm_linear_fwd_workspace_size(
                 self.as_raw(),
                 desc.as_raw(),
                 x_desc.as_raw(),
                 w_desc.as_raw(),
                 y_desc.as_raw(),
-                &mut b,
+                b,
             )
-        })?;
-        Ok(b)
+        })
     }
 
     /// Linear forward (`fnorm_linear_fwd`): y = act(x W + b). `bias` is
@@ -663,8 +657,7 @@ impl Handle {
         dy_desc: &TensorDesc,
         x_producer: Option<&LinearDesc>,
     ) -> Result<usize> {
-        let mut b = 0usize;
-        check(unsafe {
+        size_query(|b| unsafe {
             sys::fnorm_linear_bwd_workspace_size(
                 self.as_raw(),
                 desc.as_raw(),
@@ -672,10 +665,9 @@ impl Handle {
                 w_desc.as_raw(),
                 dy_desc.as_raw(),
                 x_producer.map_or(ptr::null_mut(), LinearDesc::as_raw),
-                &mut b,
+                b,
             )
-        })?;
-        Ok(b)
+        })
     }
 
     /// Linear backward (`fnorm_linear_bwd`): dx = dz W^T, dw = x^T dz,
