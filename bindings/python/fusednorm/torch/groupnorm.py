@@ -8,7 +8,10 @@ convert(fuse=True) applies.
 The library takes CUDA tensors of fp32 / fp16 / bf16 in either of its two
 layouts (packed channels-first, or channels-last: NHWC / NDHWC) with weight
 and bias in x's dtype or float32; any other layout is made contiguous first
-and the output is contiguous. Everything else (CPU tensors, other dtypes,
+and the output is contiguous. y and dx keep x's layout: a channels-last x
+gives channels-last y and dx, as torch.nn.GroupNorm does on the CPU (torch's
+CUDA group_norm returns contiguous tensors, which steer the next convolution
+back to NCHW). Everything else (CPU tensors, other dtypes,
 empty tensors, a group count that does not divide C, ONNX export,
 TorchScript tracing, functorch transforms, forward-mode AD) runs
 torch.nn.functional's composition, as torch.nn does.
