@@ -57,6 +57,10 @@ Tuning tuning_from_env() {
     const long k = std::strtol(v, nullptr, 10);
     if (k > 0 && k <= 8) t.gn_tile_k = static_cast<int>(k);
   }
+  if (const char *v = std::getenv("FNORM_GN_SCHEDULE")) {
+    if (std::strcmp(v, "persistent") == 0) t.gn_schedule = Tuning::GnSchedule::Persistent;
+    if (std::strcmp(v, "stream") == 0) t.gn_schedule = Tuning::GnSchedule::Stream;
+  }
   t.bn_persist_gather_all = flag("FNORM_BN_PERSIST_GATHER_ALL");
   t.linear_unfused = flag("FNORM_LINEAR_UNFUSED");
   if (const char *v = std::getenv("FNORM_LINEAR_FWD_AUX")) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "core/device.cuh"
+#include "groupnorm/gn_stream.cuh"
 #include "groupnorm/gn_tile.cuh"
 #include "groupnorm/groupnorm.hpp"
 
@@ -386,7 +387,10 @@ cudaError_t gn_launch(const GnParams &p, const LaunchShape &s, cudaStream_t stre
   return cudaLaunchKernelEx(&cfg, gn_kernel<T, P, CL, BWD>, p);
 }
 
-#define FNORM_GN_INSTANCE(T, DT, P, CL, BWD) \
-  GnInstance { DT, P, CL, BWD, reinterpret_cast<const void *>(&gn_kernel<T, P, CL, BWD>), &gn_launch<T, P, CL, BWD> }
+#define FNORM_GN_INSTANCE(T, DT, P, CL, BWD)                                                                   \
+  GnInstance {                                                                                                 \
+    DT, P, CL, BWD, reinterpret_cast<const void *>(&gn_kernel<T, P, CL, BWD>), &gn_launch<T, P, CL, BWD>,      \
+        &gs_launch<T, P, CL, BWD>                                                                              \
+  }
 
 }  // namespace fnorm

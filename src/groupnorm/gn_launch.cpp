@@ -8,8 +8,12 @@ namespace fnorm {
 namespace {
 
 // The counters start at zero in every launch (CUDA-graph replays too):
-// the reset is enqueued with the kernel.
+// the reset is enqueued with the kernel. The streaming schedule has none.
 void enqueue(const GnPlan &plan, const GnParams &p, cudaStream_t stream) {
+  if (plan.stream) {
+    check_cuda(plan.instance->launch_stream(p, stream), "GroupNorm kernels (streaming)");
+    return;
+  }
   check_cuda(cudaMemsetAsync(p.counters, 0, plan.ws.counter_bytes, stream), "cudaMemsetAsync (GroupNorm counters)");
   check_cuda(plan.instance->launch(p, plan.shape, stream), "GroupNorm kernel");
 }

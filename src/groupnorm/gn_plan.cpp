@@ -70,9 +70,64 @@ bool layout_allows(const GnProblem &pb, int pack) {
 struct GnBudget {
   int64_t resident = 1;
   int tile_k = 0;
+  int64_t sms = 1;
+  Tuning::GnSchedule schedule = Tuning::GnSchedule::Planner;
 };
 GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
-  return GnBudget{static_cast<int64_t>(h->info.sm_count) * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k};
+  const int64_t sms = h->info.sm_count;
+  return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->tuning.gn_schedule};
+}
+
+// Whether the streaming schedule runs the problem (groupnorm.hpp). On the
+// H100 (bench/gn_time, bf16, 32 groups, same process) it was faster than
+// the persistent kernel in every cell but one: channels-first forward
+// 1.02-1.7x, backward 1.2-1.5x; channels-last backward 1.6-2.5x, forward
+// 1.1-1.3x, except one sample of 2^24 values or fewer ([1, 512, 128, 128]:
+// 35.5 us against 28.7), which the persistent kernel reads once from DRAM
+// and keeps.
+bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
+  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Stream;
+  const bool fwd = pb.pass == static_cast<int64_t>(GnPass::Fwd);
+  return !(fwd && pb.channels_last && pb.n == 1 && pb.elements() <= (int64_t{1} << 24));
+}
+
+// The streaming schedule's geometry (gn_stream.cuh): tasks of about 64 KiB
+// (channels-first: at most kGsTable channels each), at least 4 per SM in
+// all where the tensor has them; grids of at most 16 blocks per SM (the
+// kernels take their tasks grid-stride).
+void plan_stream(const GnProblem &pb, int pack, int64_t sms, GnStreamGeo &g) {
+  const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
+  const int64_t fill = 4 * sms, most = 16 * sms;
+  if (pb.channels_last) {
+    const int64_t pc = pb.c / pack;
+    g.cols = std::min<int64_t>(pc, kGnThreads);
+    g.ncc = ceil_div(pc, g.cols);
+    g.rps = kGnThreads / g.cols;
+    g.tp = g.rps * 8;
+    const int64_t chunks = ceil_div(pb.s, g.tp);
+    // First-pass blocks: 4 per SM forward, 2 backward (x and dy per row).
+    g.bps = std::max<int64_t>(1, std::min<int64_t>(ceil_div((bwd ? 2 : 4) * sms, pb.n * g.ncc), chunks));
+    g.grid3 = std::max<int64_t>(1, std::min<int64_t>(pb.n * chunks, ceil_div(most, g.ncc)));
+    return;
+  }
+  const int64_t ppc = pb.s / pack, per_group = pb.cg() * ppc, units = pb.n * pb.groups;
+  g.tp = std::max<int64_t>(1, std::min<int64_t>(4096, (kGsTable - 2) * ppc));
+  g.tg = ceil_div(per_group, g.tp);
+  if (units * g.tg < fill) {
+    g.tp = std::min(g.tp, std::max<int64_t>(256, ceil_div(per_group, ceil_div(fill, units))));
+    g.tg = ceil_div(per_group, g.tp);
+  }
+  g.grid1 = g.grid3 = std::min(units * g.tg, most);
+  if (bwd) {
+    const int64_t chans = pb.n * pb.c;
+    g.tpc = std::min<int64_t>(ppc, 1024);
+    g.tc = ceil_div(ppc, g.tpc);
+    if (chans * g.tc < kGsWarps * fill) {
+      g.tpc = std::min(g.tpc, std::max<int64_t>(128, ceil_div(ppc, ceil_div(kGsWarps * fill, chans))));
+      g.tc = ceil_div(ppc, g.tpc);
+    }
+    g.grid1 = std::min(ceil_div(chans * g.tc, kGsWarps), most);
+  }
 }
 
 // Channels-last: the groups per unit. Its row segments should be whole
@@ -156,6 +211,32 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
   GnPlan plan;
   GnGeometry &g = plan.geo;
   const bool bwd = pb.pass == static_cast<int64_t>(GnPass::Bwd);
+  if (takes_stream(pb, bud)) {
+    plan.stream = true;
+    g.pack = pack;
+    plan_stream(pb, pack, bud.sms, plan.sgeo);
+    const GnStreamGeo &s = plan.sgeo;
+    const char *arg = "x_desc";
+    size_t off = 0;
+    auto region = [&](int64_t count, size_t each) {
+      const size_t at = off;
+      off = checked_align_up(checked_add(off, checked_mul(static_cast<size_t>(count), each, arg), arg), 16, arg);
+      return at;
+    };
+    const int64_t parts = pb.channels_last ? pb.n * s.bps * (!bwd && s.ncc == 1 ? pb.groups : pb.c)
+                          : bwd         ? pb.n * pb.c * s.tc
+                                        : pb.n * pb.groups * s.tg;
+    plan.ws.part = region(parts, sizeof(float) * 2);
+    if (pb.channels_last || bwd) {
+      plan.ws.chan = region(pb.n * pb.c, sizeof(double) * 2);
+      plan.ws.gstat = region(pb.n * pb.groups, sizeof(float) * 2);
+    }
+    plan.ws.total = off;
+    FNORM_REQUIRE(pb.n * ceil_div(pb.c, int64_t{32}) < (int64_t{1} << 31) && pb.n * s.bps < (int64_t{1} << 31),
+                  FNORM_STATUS_NOT_SUPPORTED, "argument 'x_desc': %lld samples of %lld channels exceed the grid",
+                  static_cast<long long>(pb.n), static_cast<long long>(pb.c));
+    return plan;
+  }
   const int most = bwd ? kGnBwdK : kGnFwdK;
   const int kmax = bud.tile_k > 0 ? std::min(bud.tile_k, most) : most;
   g.pack = pack;
@@ -230,6 +311,7 @@ GnPlan gn_plan(fnorm_handle *h, const GnProblem &pb, int pack) {
   GnPlan plan = plan_of(pb, pack, budget_of(h, pb));
   plan.instance = inst;
   plan.sizes.workspace = plan.ws.total;
+  if (plan.stream) return plan;
   int per_sm = 0;
   check_cuda(cached_occupancy(&h->occupancy, inst->func, kGnThreads, plan.shape.smem, &per_sm), "GroupNorm occupancy");
   FNORM_REQUIRE(per_sm >= plan.shape.blocks_per_sm, FNORM_STATUS_INTERNAL_ERROR,
@@ -263,11 +345,6 @@ Sizes GnBwd::sizes(fnorm_handle *h, const GnProblem &pb, const GnPtrs &ptrs) {
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {
   GnParams p;
   unsigned char *ws = static_cast<unsigned char *>(workspace);
-  p.counters = reinterpret_cast<unsigned *>(ws + plan.ws.counters);
-  p.group_part = reinterpret_cast<float2 *>(ws + plan.ws.group_part);
-  p.unit_res = reinterpret_cast<float2 *>(ws + plan.ws.unit_res);
-  if (plan.ws.line_part) p.line_part = reinterpret_cast<float2 *>(ws + plan.ws.line_part);
-  if (plan.ws.nc_sums) p.nc_sums = reinterpret_cast<float2 *>(ws + plan.ws.nc_sums);
   p.n = pb.n;
   p.c = pb.c;
   p.s = pb.s;
@@ -280,6 +357,20 @@ GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {
   p.ss_f32 = pb.ss_present && pb.ss_dtype == FNORM_DTYPE_FLOAT32;
   p.silu = pb.activation == FNORM_GN_ACTIVATION_SILU;
   p.geo = plan.geo;
+  p.sgeo = plan.sgeo;
+  if (plan.stream) {
+    p.part = reinterpret_cast<float2 *>(ws + plan.ws.part);
+    if (plan.ws.chan || plan.ws.gstat) {
+      p.chan = reinterpret_cast<double2 *>(ws + plan.ws.chan);
+      p.gstat = reinterpret_cast<float2 *>(ws + plan.ws.gstat);
+    }
+    return p;
+  }
+  p.counters = reinterpret_cast<unsigned *>(ws + plan.ws.counters);
+  p.group_part = reinterpret_cast<float2 *>(ws + plan.ws.group_part);
+  p.unit_res = reinterpret_cast<float2 *>(ws + plan.ws.unit_res);
+  if (plan.ws.line_part) p.line_part = reinterpret_cast<float2 *>(ws + plan.ws.line_part);
+  if (plan.ws.nc_sums) p.nc_sums = reinterpret_cast<float2 *>(ws + plan.ws.nc_sums);
   return p;
 }
 

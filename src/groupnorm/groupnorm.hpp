@@ -21,6 +21,13 @@
 // covers reps loads and re-reads them after the combine (two passes over
 // x). A unit never has more tiles than resident blocks, so its tiles span
 // at most two rounds and every unit completes (gn_kernels.cuh).
+//
+// The streaming schedule (gn_stream.cuh) runs the passes as separate
+// kernels: sums over x (and dy) in one pass, the (channel and) group terms,
+// then the outputs in a second pass over x (and dy), which walks the first
+// pass's order backwards so as to start on what is still in L2. It reads x
+// twice, but no block waits on another; on the H100 it is faster than the
+// persistent kernel wherever the planner takes it (gn_plan.cpp).
 #pragma once
 
 #include <cstddef>
@@ -92,19 +99,38 @@ struct GnGeometry {
   int64_t units = 0;  // n * groups / gb
 };
 
+// The streaming schedule: warps per block; the channels one channels-first
+// task may touch (its coefficient table in shared memory).
+constexpr int kGsWarps = kGnThreads / 32;
+constexpr int kGsTable = 1024;
+// The streaming schedule's geometry (gn_stream.cuh).
+struct GnStreamGeo {
+  int64_t tp = 1;     // CF: packs per task of the forward sums and the last pass; CL: rows per chunk
+  int64_t tg = 1;     // CF: those tasks per group
+  int64_t tpc = 1;    // CF backward sums: packs per (warp) task
+  int64_t tc = 1;     // CF backward sums: tasks per channel
+  int64_t grid1 = 1;  // CF: blocks of the first pass
+  int64_t grid3 = 1;  // blocks of the last pass (CL: per column chunk)
+  int64_t cols = 1, rps = 1, ncc = 1;  // CL: threads per row, row slices, column chunks
+  int64_t bps = 1;    // CL: first-pass blocks per sample (per column chunk)
+};
+
 // The workspace: counters (zeroed by the launch), then per-tile group
 // partials, unit results and (backward) per-sub-tile line partials and the
 // per-(n, c) sums of the weight gradients. Byte offsets; 16-byte aligned.
 struct GnWorkspace {
   size_t counters = 0, counter_bytes = 0;
   size_t group_part = 0, unit_res = 0, line_part = 0, nc_sums = 0;
+  size_t part = 0, chan = 0, gstat = 0;  // the streaming schedule's
   size_t total = 0;
 };
 
 struct GnInstance;
 struct GnPlan {
   const GnInstance *instance = nullptr;  // the kernel
+  bool stream = false;                   // the streaming schedule (sgeo), else the persistent kernel (geo)
   GnGeometry geo;
+  GnStreamGeo sgeo;
   GnWorkspace ws;
   LaunchShape shape;
   Sizes sizes;  // ws.total
@@ -128,11 +154,15 @@ struct GnParams {
   float2 *unit_res = nullptr;    // [units][gb]
   float2 *line_part = nullptr;   // bwd: [units][nrb * nsc][lines]
   float2 *nc_sums = nullptr;     // bwd: [n][c] ((1 + scale) A, (1 + scale) B)
+  float2 *part = nullptr;        // streaming: first-pass sums
+  double2 *chan = nullptr;       // streaming: [n][c] channel sums
+  float2 *gstat = nullptr;       // streaming: [n][groups] mean, rstd (fwd) or the means of g, g x_hat (bwd)
   int64_t n = 0, c = 0, s = 0, groups = 0, cg = 0;
   int64_t ss_sn = 0, ss_sc = 0;
   float eps = 0.f;
   int w_f32 = 0, ss_f32 = 0, silu = 0;
   GnGeometry geo;
+  GnStreamGeo sgeo;
 };
 
 // One compiled kernel (groupnorm_<dtype>.cu, generated from gen/instances.py).
@@ -143,6 +173,7 @@ struct GnInstance {
   bool bwd;
   const void *func;
   cudaError_t (*launch)(const GnParams &, const LaunchShape &, cudaStream_t);
+  cudaError_t (*launch_stream)(const GnParams &, cudaStream_t);  // the streaming schedule's kernels
 };
 // The instance of (dtype, pack, layout, pass), or null when its dtype was
 // left out of this build.

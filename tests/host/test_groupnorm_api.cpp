@@ -105,7 +105,9 @@ void test_size_queries() {
   CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT8_E4M3, {2, 64, 4, 4}), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_groupnorm_fwd_workspace_size(h, gn.d, x.d, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(mentions("x_desc"));
-  // Backward: asking for no parameter gradients needs less.
+  // Backward: asking for no parameter gradients needs no more (the
+  // persistent kernel: less, its per-line sums; the streaming schedule
+  // keeps the channel sums for dx either way).
   CHECK_STATUS(x.set(FNORM_DTYPE_FLOAT16, {4, 64, 16, 16}), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(w.set(FNORM_DTYPE_FLOAT32, {64}), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(ss.set(FNORM_DTYPE_FLOAT16, {4, 64}, {128, 1}), FNORM_STATUS_SUCCESS);
@@ -113,7 +115,13 @@ void test_size_queries() {
   CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, nullptr, nullptr, &plain), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, w.d, nullptr, &with_w), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, nullptr, ss.d, &with_ss), FNORM_STATUS_SUCCESS);
+  CHECK(plain > 0 && with_w >= plain && with_ss == with_w);
+  h->tuning.gn_schedule = fnorm::Tuning::GnSchedule::Persistent;
+  CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, nullptr, nullptr, &plain), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, w.d, nullptr, &with_w), FNORM_STATUS_SUCCESS);
+  CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, nullptr, ss.d, &with_ss), FNORM_STATUS_SUCCESS);
   CHECK(plain > 0 && with_w > plain && with_ss == with_w);
+  h->tuning.gn_schedule = fnorm::Tuning::GnSchedule::Planner;
   CHECK_STATUS(w.set(FNORM_DTYPE_FLOAT32, {32}), FNORM_STATUS_SUCCESS);
   CHECK_STATUS(fnorm_groupnorm_bwd_workspace_size(h, gn.d, x.d, w.d, nullptr, &ws), FNORM_STATUS_BAD_PARAM_SHAPE);
   CHECK(mentions("w_desc"));
