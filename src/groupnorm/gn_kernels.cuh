@@ -390,7 +390,7 @@ cudaError_t gn_launch(const GnParams &p, const LaunchShape &s, cudaStream_t stre
 #define FNORM_GN_INSTANCE(T, DT, P, CL, BWD)                                                                   \
   GnInstance {                                                                                                 \
     DT, P, CL, BWD, reinterpret_cast<const void *>(&gn_kernel<T, P, CL, BWD>), &gn_launch<T, P, CL, BWD>,      \
-        &gs_launch<T, P, CL, BWD>                                                                              \
+        &gn_s_launch<T, P, CL, BWD>                                                                              \
   }
 
 }  // namespace fnorm
