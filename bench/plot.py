@@ -514,9 +514,11 @@ def plot_groupnorm(res: dict, stem: str) -> None:
                 got[(shape_str(r["shape"]), r["layout"])] = r["pct_copy"]
         return [got.get(c) for c in cases]
 
-    series = [("forward, SiLU", COLORS["ours"], pick("groupnorm_fwd", "silu")),
+    series = [("forward", COLORS["liger"], pick("groupnorm_fwd", "none")),
+              ("forward, SiLU", COLORS["ours"], pick("groupnorm_fwd", "silu")),
               ("backward, SiLU (dx)", COLORS["oneflow"], pick("groupnorm_bwd", "silu", False)),
               ("backward, SiLU (dx, dgamma, dbeta)", COLORS["torch"], pick("groupnorm_bwd", "silu", True))]
+    series = [s for s in series if any(v is not None for v in s[2])]
     fig, ax = plt.subplots(figsize=SIZE)
     w = 0.8 / len(series)
     for j, (name, color, vals) in enumerate(series):
