@@ -96,19 +96,14 @@ __global__ void __launch_bounds__(kGnThreads) gn_s_sums_cl(const __grid_constant
   // Row slices' sums per channel: a tree over r in shared memory.
 #pragma unroll
   for (int e = 0; e < P; ++e) red[tid * P + e] = make_float2(sa[e], sb[e]);
-  int st = 1;
-  while (st < rps) st <<= 1;
-  for (st >>= 1; st >= 1; st >>= 1) {
-    __syncthreads();
-    if (r < st && r + st < rps) {
+  gn_slice_tree(r, rps, cols, [&](int i, int k) {
 #pragma unroll
-      for (int e = 0; e < P; ++e) {
-        const float2 o = red[(tid + st * cols) * P + e];
-        red[tid * P + e].x += o.x;
-        red[tid * P + e].y += o.y;
-      }
+    for (int e = 0; e < P; ++e) {
+      const float2 o = red[k * P + e];
+      red[i * P + e].x += o.x;
+      red[i * P + e].y += o.y;
     }
-  }
+  });
   __syncthreads();
   if (!BWD && g.ncc == 1) {
     // Forward with every channel in the block: a warp per group sums its

@@ -130,6 +130,19 @@ struct GnTile {
   }
 };
 
+// A fixed tree over a block's `rps` row slices (thread tid in slice r; the
+// same place in slice r + k is thread tid + k * stride): add(i, j) adds
+// thread j's sums into thread i's; the barriers are included.
+template <class Add>
+__device__ __forceinline__ void gn_slice_tree(int r, int rps, int stride, Add add) {
+  int st = 1;
+  while (st < rps) st <<= 1;
+  for (st >>= 1; st >= 1; st >>= 1) {
+    __syncthreads();
+    if (r < st && r + st < rps) add(static_cast<int>(threadIdx.x), static_cast<int>(threadIdx.x) + st * stride);
+  }
+}
+
 // Reduces the threads' per-slot sums a, b to one value per line (channel)
 // of the block: la, lb[line], line < lines. Fixed orders throughout.
 //   channels-first: a team of tpr threads (a power of two, aligned) per
@@ -177,19 +190,13 @@ __device__ __forceinline__ void gn_line_reduce(const GnGeometry &g, int r, int j
       sa[tid * P + e] = a[e];
       sb[tid * P + e] = b[e];
     }
-    const int rps = static_cast<int>(g.rps);
-    int st = 1;
-    while (st < rps) st <<= 1;
-    for (st >>= 1; st >= 1; st >>= 1) {
-      __syncthreads();
-      if (r < st && r + st < rps) {
+    gn_slice_tree(r, static_cast<int>(g.rps), tpr, [&](int i, int k) {
 #pragma unroll
-        for (int e = 0; e < P; ++e) {
-          sa[tid * P + e] += sa[(tid + st * tpr) * P + e];
-          sb[tid * P + e] += sb[(tid + st * tpr) * P + e];
-        }
+      for (int e = 0; e < P; ++e) {
+        sa[i * P + e] += sa[k * P + e];
+        sb[i * P + e] += sb[k * P + e];
       }
-    }
+    });
     __syncthreads();
     for (int l = tid; l < g.lines; l += kGnThreads) {
       la[l] = sa[l];
