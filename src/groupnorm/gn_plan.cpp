@@ -85,7 +85,17 @@ GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
 // 1.1-1.3x, except one sample of 2^24 values or fewer ([1, 512, 128, 128]:
 // 35.5 us against 28.7), which the persistent kernel reads once from DRAM
 // and keeps.
+// Its grids fit CUDA's limits (any pack): n * ceil(c / 32) channel-sum
+// blocks, n * groups / 8 group blocks, ceil(c / 256) column chunks (grid.y),
+// n first-pass blocks at least; else the persistent kernel runs it.
+bool stream_fits(const GnProblem &pb) {
+  constexpr int64_t kGridX = (int64_t{1} << 31) - 1, kGridY = 65535;
+  return pb.n * ceil_div(pb.c, int64_t{32}) <= kGridX && ceil_div(pb.n * pb.groups, int64_t{kGsWarps}) <= kGridX &&
+         ceil_div(pb.c, int64_t{kGnThreads}) <= kGridY && pb.n <= kGridX / 8;
+}
+
 bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
+  if (!stream_fits(pb)) return false;
   if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Stream;
   const bool fwd = pb.pass == static_cast<int64_t>(GnPass::Fwd);
   return !(fwd && pb.channels_last && pb.n == 1 && pb.elements() <= (int64_t{1} << 24));
@@ -232,9 +242,6 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
       plan.ws.gstat = region(pb.n * pb.groups, sizeof(float) * 2);
     }
     plan.ws.total = off;
-    FNORM_REQUIRE(pb.n * ceil_div(pb.c, int64_t{32}) < (int64_t{1} << 31) && pb.n * s.bps < (int64_t{1} << 31),
-                  FNORM_STATUS_NOT_SUPPORTED, "argument 'x_desc': %lld samples of %lld channels exceed the grid",
-                  static_cast<long long>(pb.n), static_cast<long long>(pb.c));
     return plan;
   }
   const int most = bwd ? kGnBwdK : kGnFwdK;
