@@ -363,17 +363,7 @@ template <class Kernel, class... Args>
 cudaError_t launch_bn_cooperative(Kernel kernel, const BnPersistShape &s, cudaStream_t stream, bool *launched,
                                   Args... args) {
   *launched = false;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(s.blocks));
-  cfg.blockDim = dim3(kBnThreads);
-  cfg.dynamicSmemBytes = s.smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  const cudaError_t err = launch_cooperative(kernel, s.blocks, kBnThreads, s.smem, stream, args...);
   if (err == cudaErrorCooperativeLaunchTooLarge) {
     (void)cudaGetLastError();
     return cudaSuccess;

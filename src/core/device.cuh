@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 // Device building blocks shared by every op: dtype conversion, vector packs,
-// and the one warp/block all-reduce (sum or Welford).
+// the one warp/block all-reduce (sum or Welford), the cooperative launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -295,6 +295,24 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
     case 2: cp_async_wait<2>(); break;
     default: cp_async_wait<3>(); break;
   }
+}
+
+// A cooperative launch: every block of the grid co-resident, or the launch
+// fails (cudaErrorCooperativeLaunchTooLarge) and nothing runs.
+template <class Kernel, class... Args>
+cudaError_t launch_cooperative(Kernel kernel, int64_t grid, int64_t block, size_t smem, cudaStream_t stream,
+                               Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 }  // namespace fnorm

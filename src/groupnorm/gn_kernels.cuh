@@ -374,17 +374,7 @@ __global__ void __launch_bounds__(kGnThreads, gn_blocks_per_sm(CL)) gn_kernel(co
 // each other), or the launch fails.
 template <typename T, int P, bool CL, bool BWD>
 cudaError_t gn_launch(const GnParams &p, const LaunchShape &s, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(s.grid));
-  cfg.blockDim = dim3(static_cast<unsigned>(s.block));
-  cfg.dynamicSmemBytes = s.smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, gn_kernel<T, P, CL, BWD>, p);
+  return launch_cooperative(gn_kernel<T, P, CL, BWD>, s.grid, s.block, s.smem, stream, p);
 }
 
 #define FNORM_GN_INSTANCE(T, DT, P, CL, BWD)                                                                   \
