@@ -78,14 +78,7 @@ GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
   return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->tuning.gn_schedule};
 }
 
-// Whether the streaming schedule runs the problem (groupnorm.hpp). On the
-// H100 (bench/gn_time, bf16, 32 groups, same process) it was faster than
-// the persistent kernel in every cell but one: channels-first forward
-// 1.02-1.7x, backward 1.2-1.5x; channels-last backward 1.6-2.5x, forward
-// 1.1-1.3x, except one sample of 2^24 values or fewer ([1, 512, 128, 128]:
-// 35.5 us against 28.7), which the persistent kernel reads once from DRAM
-// and keeps.
-// Its grids fit CUDA's limits (any pack): n * ceil(c / 32) channel-sum
+// The streaming schedule's grids fit CUDA's limits (any pack): n * ceil(c / 32) channel-sum
 // blocks, n * groups / 8 group blocks, ceil(c / 256) column chunks (grid.y),
 // n first-pass blocks at least; else the persistent kernel runs it.
 bool stream_fits(const GnProblem &pb) {
@@ -94,6 +87,13 @@ bool stream_fits(const GnProblem &pb) {
          ceil_div(pb.c, int64_t{kGnThreads}) <= kGridY && pb.n <= kGridX / 8;
 }
 
+// Whether the streaming schedule runs the problem (groupnorm.hpp). On the
+// H100 (bench/gn_time, bf16, 32 groups, same process; bench/results
+// rows_groupnorm) it was faster than the persistent kernel in every cell
+// but one: channels-first forward 1.01-1.6x, backward 1.24-1.47x;
+// channels-last backward 1.57-2.48x, forward 1.08-1.32x, except one sample
+// of 2^24 values or fewer ([1, 512, 128, 128]: 35.5 us against 28.7),
+// which the persistent kernel reads once from DRAM and keeps.
 bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
   if (!stream_fits(pb)) return false;
   if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Stream;
