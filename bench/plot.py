@@ -234,22 +234,31 @@ def legend_of(axes) -> dict:
     return legend
 
 
+def panel_lines(axes, panels, rows_dt):
+    """Per panel (op, label) with rows: its axis, label, rows and lines, a
+    line per row length (its color by the length's place among all of
+    rows_dt's, its rows by row count); panels without rows are hidden."""
+    cols_all = sorted({r["shape"][1] for r in rows_dt})
+    for ax, (op, label) in zip(axes.flat, panels):
+        rows = [r for r in rows_dt if r["op"] == op]
+        if not rows:
+            ax.set_visible(False)
+            continue
+        lines = []
+        for j, c in enumerate(cols_all):
+            line = sorted((r for r in rows if r["shape"][1] == c), key=lambda r: r["shape"][0])
+            if line:
+                lines.append((c, COLS_COLORS[j % len(COLS_COLORS)], line))
+        yield ax, label, rows, lines
+
+
 def plot_grid(res: dict, stem: str) -> None:
     grid = [r for r in main_rows(res) if r.get("grid")]
     for dtype in sorted({r["dtype"] for r in grid}):
         rows_dt = [r for r in grid if r["dtype"] == dtype]
-        cols_all = sorted({r["shape"][1] for r in rows_dt})
         fig, axes = plt.subplots(2, 4, figsize=SIZE)
-        for ax, (op, label) in zip(axes.flat, GRID_PANELS):
-            rows = [r for r in rows_dt if r["op"] == op]
-            if not rows:
-                ax.set_visible(False)
-                continue
-            for j, c in enumerate(cols_all):
-                line = sorted((r for r in rows if r["shape"][1] == c), key=lambda r: r["shape"][0])
-                if not line:
-                    continue
-                color = COLS_COLORS[j % len(COLS_COLORS)]
+        for ax, label, rows, lines in panel_lines(axes, GRID_PANELS, rows_dt):
+            for c, color, line in lines:
                 xs = [r["shape"][0] for r in line]
                 ax.plot(xs, [r["vs_torch"] for r in line], "o-", color=color, markersize=3, linewidth=1.2,
                         label=f"{c} cols: PyTorch / ours")
@@ -297,16 +306,9 @@ def plot_quack(res: dict, stem: str) -> None:
               ("rmsnorm_bwd", "RMSNorm backward"), ("rmsnorm_fwd_bwd", "RMSNorm forward + backward")]
     for dtype in sorted({r["dtype"] for r in qrows}):
         rows_dt = [r for r in qrows if r["dtype"] == dtype]
-        cols_all = sorted({r["shape"][1] for r in rows_dt})
         fig, axes = plt.subplots(2, 3, figsize=SIZE)
-        for ax, (op, label) in zip(axes.flat, panels):
-            rows = [r for r in rows_dt if r["op"] == op]
-            if not rows:
-                ax.set_visible(False)
-                continue
-            for j, c in enumerate(cols_all):
-                line = sorted((r for r in rows if r["shape"][1] == c), key=lambda r: r["shape"][0])
-                color = COLS_COLORS[j % len(COLS_COLORS)]
+        for ax, label, rows, lines in panel_lines(axes, panels, rows_dt):
+            for c, color, line in lines:
                 for key, style, width, who in (("vs_quack", "o-", 1.2, "QuACK"), ("vs_liger", "^--", 1, "Liger")):
                     pts = [(r["shape"][0], r[key]) for r in line if r.get(key)]
                     if not pts:
