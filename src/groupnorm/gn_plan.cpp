@@ -71,11 +71,13 @@ struct GnBudget {
   int64_t resident = 1;
   int tile_k = 0;
   int64_t sms = 1;
+  int64_t l2_bytes = 0;
   Tuning::GnSchedule schedule = Tuning::GnSchedule::Planner;
 };
 GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
   const int64_t sms = h->info.sm_count;
-  return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->tuning.gn_schedule};
+  return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->info.l2_bytes,
+                  h->tuning.gn_schedule};
 }
 
 // The streaming schedule's grids fit CUDA's limits (any pack): n * ceil(c / 32) channel-sum
@@ -96,7 +98,7 @@ bool stream_fits(const GnProblem &pb) {
 // which the persistent kernel reads once from DRAM and keeps.
 bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
   if (!stream_fits(pb)) return false;
-  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Stream;
+  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule != Tuning::GnSchedule::Persistent;
   const bool fwd = pb.pass == static_cast<int64_t>(GnPass::Fwd);
   return !(fwd && pb.channels_last && pb.n == 1 && pb.elements() <= (int64_t{1} << 24));
 }
@@ -225,7 +227,15 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
     plan.stream = true;
     g.pack = pack;
     plan_stream(pb, pack, bud.sms, plan.sgeo);
-    const GnStreamGeo &s = plan.sgeo;
+    GnStreamGeo &s = plan.sgeo;
+    if (bud.schedule == Tuning::GnSchedule::Fused && !pb.channels_last && !bwd) {
+      // Units whose x fits a third of L2 (8 MiB when L2 is unknown) between
+      // a unit's sums and its outputs; at least one, at most all.
+      const int64_t unit_bytes = pb.cg() * pb.s * static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
+      const int64_t budget = bud.l2_bytes > 0 ? bud.l2_bytes / 3 : int64_t{8} << 20;
+      s.lag = std::max<int64_t>(1, std::min<int64_t>(pb.n * pb.groups, budget / std::max<int64_t>(unit_bytes, 1)));
+      s.grid3 = std::min<int64_t>(2 * pb.n * pb.groups * s.tg, 8 * bud.sms);
+    }
     const char *arg = "x_desc";
     size_t off = 0;
     auto region = [&](int64_t count, size_t each) {
@@ -237,6 +247,7 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
                           : bwd         ? pb.n * pb.c * s.tc
                                         : pb.n * pb.groups * s.tg;
     plan.ws.part = region(parts, sizeof(float) * 2);
+    if (s.lag > 0) plan.ws.sync = region(1, sizeof(unsigned long long) + sizeof(unsigned) * static_cast<size_t>(pb.n * pb.groups));
     if (pb.channels_last || bwd) {
       plan.ws.chan = region(pb.n * pb.c, sizeof(double) * 2);
       plan.ws.gstat = region(pb.n * pb.groups, sizeof(float) * 2);
@@ -367,6 +378,10 @@ GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {
   p.sgeo = plan.sgeo;
   if (plan.stream) {
     p.part = reinterpret_cast<float2 *>(ws + plan.ws.part);
+    if (plan.sgeo.lag > 0) {
+      p.ticket = reinterpret_cast<unsigned long long *>(ws + plan.ws.sync);
+      p.counters = reinterpret_cast<unsigned *>(p.ticket + 1);
+    }
     if (plan.ws.chan || plan.ws.gstat) {
       p.chan = reinterpret_cast<double2 *>(ws + plan.ws.chan);
       p.gstat = reinterpret_cast<float2 *>(ws + plan.ws.gstat);
