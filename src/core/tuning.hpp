@@ -38,8 +38,9 @@ struct Tuning {
   // FNORM_GN_SCHEDULE=persistent|stream|fused: GroupNorm's schedule
   // (groupnorm/groupnorm.hpp) instead of the planner's; for A/B timings
   // and for tests that reach both.
-  // fused: the streaming schedule with the channels-first forward in one
-  // launch (gn_s_fused_cf; under measurement, never the planner's choice).
+  // stream: the separate passes everywhere; fused: the streaming schedule
+  // with every channels-first forward in one launch (gn_s_fused_cf; the
+  // planner's where x is larger than L2).
   enum class GnSchedule { Planner, Persistent, Stream, Fused } gn_schedule = GnSchedule::Planner;
 
   // FNORM_BN_PERSIST_GATHER_ALL=1: the BatchNorm one-launch kernel's gather

@@ -103,6 +103,20 @@ bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
   return !(fwd && pb.channels_last && pb.n == 1 && pb.elements() <= (int64_t{1} << 24));
 }
 
+// Whether a streaming channels-first forward runs in one launch
+// (gn_s_fused_cf): where x is larger than L2. On the H100 (bench/gn_time,
+// bf16, 32 groups, same process, 2026-11-27) it reached 69-78% of copy at
+// 64-256 MiB of x against the two launches' 60-63%, and lost below L2
+// ([1, 512, 128, 128], 32 MiB: 47% against 56%), where the two launches'
+// second pass already finds much of x in L2 and the one launch's pipeline
+// never fills. On the H200 it was 0.2-3.7 points ahead at the same shapes.
+bool takes_fused(const GnProblem &pb, const GnBudget &bud) {
+  if (pb.channels_last || pb.pass != static_cast<int64_t>(GnPass::Fwd)) return false;
+  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Fused;
+  const int64_t bytes = pb.elements() * static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
+  return bud.l2_bytes > 0 && bytes > bud.l2_bytes;
+}
+
 // The streaming schedule's geometry (gn_stream.cuh): tasks of about 64 KiB
 // (channels-first: at most kGsTable channels each), at least 4 per SM in
 // all where the tensor has them; grids of at most 16 blocks per SM (the
@@ -228,11 +242,23 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
     g.pack = pack;
     plan_stream(pb, pack, bud.sms, plan.sgeo);
     GnStreamGeo &s = plan.sgeo;
-    if (bud.schedule == Tuning::GnSchedule::Fused && !pb.channels_last && !bwd) {
-      // Units whose x fits a third of L2 (8 MiB when L2 is unknown) between
-      // a unit's sums and its outputs; at least one, at most all.
+    if (takes_fused(pb, bud)) {
+      // Tasks of at most 2048 packs (32 KiB of bf16), a lag of the units
+      // whose x fits a twelfth of L2 (4 MiB where L2 is unknown; at least
+      // one unit, at most all), 8 blocks per SM. The tickets in flight are
+      // the grid's, so the x between a unit's sums and its outputs is about
+      // grid * task bytes plus the lag: on the H100, bf16 (2026-11-27)
+      // 4096-pack tasks gave 64-72% of copy, a third of L2 as the lag 63-66%,
+      // 1024-pack tasks 56-66%, 4 blocks per SM 3-5 points less. Each
+      // output task combines its unit's task sums itself: one block
+      // combining them for all (the unit's last sums task) was 2-3 points
+      // slower on the H200, and evict_last loads in the sums 2-3 points
+      // slower on the H100.
+      const int64_t per_group = pb.cg() * (pb.s / pack);
+      s.tp = std::min<int64_t>(s.tp, 2048);
+      s.tg = ceil_div(per_group, s.tp);
       const int64_t unit_bytes = pb.cg() * pb.s * static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
-      const int64_t budget = bud.l2_bytes > 0 ? bud.l2_bytes / 3 : int64_t{8} << 20;
+      const int64_t budget = bud.l2_bytes > 0 ? bud.l2_bytes / 12 : int64_t{4} << 20;
       s.lag = std::max<int64_t>(1, std::min<int64_t>(pb.n * pb.groups, budget / std::max<int64_t>(unit_bytes, 1)));
       s.grid3 = std::min<int64_t>(2 * pb.n * pb.groups * s.tg, 8 * bud.sms);
     }

@@ -166,14 +166,14 @@ __global__ void __launch_bounds__(kGnThreads) gn_s_last_cf(const __grid_constant
   for (int64_t k = blockIdx.x; k < tasks; k += gridDim.x) gn_s_out_task_cf<T, P, BWD>(p, tasks - 1 - k, coef, st);
 }
 
-// Channels-first forward in one launch (FNORM_GN_SCHEDULE=fused; branch
-// gn-fused, not yet measured on a GPU). Blocks take tickets in order from
-// p.ticket; rounds of tg tickets run the sums of units 0 .. lag - 1, then
-// alternate the outputs of unit u and the sums of unit u + lag, then the last
-// lag units' outputs. An output task waits until its unit's tg sums are in
-// (done[u]); those tickets were taken earlier by running blocks whose tasks
-// never wait, so every wait ends. The lag (a third of L2 in units) keeps a
-// unit's x in L2 between its sums and its outputs: x is read once from DRAM.
+// Channels-first forward in one launch (gn_plan.cpp says where). Blocks
+// take tickets in order from p.ticket; rounds of tg tickets run the sums of
+// units 0 .. lag - 1, then alternate the outputs of unit u and the sums of
+// unit u + lag, then the last lag units' outputs. An output task waits until
+// its unit's tg sums are in (done[u]); those tickets were taken earlier by
+// running blocks whose tasks never wait, so every wait ends. The lag and the
+// grid bound the x read between a unit's sums and its outputs, so that most
+// of the outputs' x comes from L2.
 template <typename T, int P>
 __global__ void __launch_bounds__(kGnThreads) gn_s_fused_cf(const __grid_constant__ GnParams p) {
   __shared__ float4 coef[kGsTable];

@@ -27,7 +27,10 @@
 // then the outputs in a second pass over x (and dy), which walks the first
 // pass's order backwards so as to start on what is still in L2. It reads x
 // twice, but no block waits on another; on the H100 it is faster than the
-// persistent kernel wherever the planner takes it (gn_plan.cpp).
+// persistent kernel wherever the planner takes it (gn_plan.cpp). Its
+// channels-first forward runs in one launch (gn_s_fused_cf) where x is
+// larger than L2: a unit's outputs follow its sums closely enough that
+// most of x's second read comes from L2.
 #pragma once
 
 #include <cstddef>
