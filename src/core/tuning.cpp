@@ -60,6 +60,7 @@ Tuning tuning_from_env() {
   if (const char *v = std::getenv("FNORM_GN_SCHEDULE")) {
     if (std::strcmp(v, "persistent") == 0) t.gn_schedule = Tuning::GnSchedule::Persistent;
     if (std::strcmp(v, "stream") == 0) t.gn_schedule = Tuning::GnSchedule::Stream;
+    if (std::strcmp(v, "fused") == 0) t.gn_schedule = Tuning::GnSchedule::Fused;
   }
   t.bn_persist_gather_all = flag("FNORM_BN_PERSIST_GATHER_ALL");
   t.linear_unfused = flag("FNORM_LINEAR_UNFUSED");

@@ -35,10 +35,13 @@ struct Tuning {
   // thread (groupnorm/gn_plan.cpp; the pass's most: 8 forward, 4
   // backward); 0 or unset: the planner's.
   int gn_tile_k = 0;
-  // FNORM_GN_SCHEDULE=persistent|stream: GroupNorm's schedule
+  // FNORM_GN_SCHEDULE=persistent|stream|fused: GroupNorm's schedule
   // (groupnorm/groupnorm.hpp) instead of the planner's; for A/B timings
   // and for tests that reach both.
-  enum class GnSchedule { Planner, Persistent, Stream } gn_schedule = GnSchedule::Planner;
+  // stream: the separate passes everywhere; fused: the streaming schedule
+  // with every channels-first forward in one launch (gn_s_fused_cf; the
+  // planner's where x is larger than L2).
+  enum class GnSchedule { Planner, Persistent, Stream, Fused } gn_schedule = GnSchedule::Planner;
 
   // FNORM_BN_PERSIST_GATHER_ALL=1: the BatchNorm one-launch kernel's gather
   // combine at every size (batchnorm/bn_persistent.cuh).

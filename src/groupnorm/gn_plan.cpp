@@ -71,11 +71,13 @@ struct GnBudget {
   int64_t resident = 1;
   int tile_k = 0;
   int64_t sms = 1;
+  int64_t l2_bytes = 0;
   Tuning::GnSchedule schedule = Tuning::GnSchedule::Planner;
 };
 GnBudget budget_of(fnorm_handle *h, const GnProblem &pb) {
   const int64_t sms = h->info.sm_count;
-  return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->tuning.gn_schedule};
+  return GnBudget{sms * gn_blocks_per_sm(pb.channels_last != 0), h->tuning.gn_tile_k, sms, h->info.l2_bytes,
+                  h->tuning.gn_schedule};
 }
 
 // The streaming schedule's grids fit CUDA's limits (any pack): n * ceil(c / 32) channel-sum
@@ -96,9 +98,23 @@ bool stream_fits(const GnProblem &pb) {
 // which the persistent kernel reads once from DRAM and keeps.
 bool takes_stream(const GnProblem &pb, const GnBudget &bud) {
   if (!stream_fits(pb)) return false;
-  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Stream;
+  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule != Tuning::GnSchedule::Persistent;
   const bool fwd = pb.pass == static_cast<int64_t>(GnPass::Fwd);
   return !(fwd && pb.channels_last && pb.n == 1 && pb.elements() <= (int64_t{1} << 24));
+}
+
+// Whether a streaming channels-first forward runs in one launch
+// (gn_s_fused_cf): where x is larger than L2. On the H100 (bench/gn_time,
+// bf16, 32 groups, same process, 2026-11-27) it reached 69-78% of copy at
+// 64-256 MiB of x against the two launches' 60-63%, and lost below L2
+// ([1, 512, 128, 128], 32 MiB: 47% against 56%), where the two launches'
+// second pass already finds much of x in L2 and the one launch's pipeline
+// never fills. On the H200 it was 0.2-3.7 points ahead at the same shapes.
+bool takes_fused(const GnProblem &pb, const GnBudget &bud) {
+  if (pb.channels_last || pb.pass != static_cast<int64_t>(GnPass::Fwd)) return false;
+  if (bud.schedule != Tuning::GnSchedule::Planner) return bud.schedule == Tuning::GnSchedule::Fused;
+  const int64_t bytes = pb.elements() * static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
+  return bud.l2_bytes > 0 && bytes > bud.l2_bytes;
 }
 
 // The streaming schedule's geometry (gn_stream.cuh): tasks of about 64 KiB
@@ -225,7 +241,27 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
     plan.stream = true;
     g.pack = pack;
     plan_stream(pb, pack, bud.sms, plan.sgeo);
-    const GnStreamGeo &s = plan.sgeo;
+    GnStreamGeo &s = plan.sgeo;
+    if (takes_fused(pb, bud)) {
+      // Tasks of at most 2048 packs (32 KiB of bf16), a lag of the units
+      // whose x fits a twelfth of L2 (4 MiB where L2 is unknown; at least
+      // one unit, at most all), 8 blocks per SM. The tickets in flight are
+      // the grid's, so the x between a unit's sums and its outputs is about
+      // grid * task bytes plus the lag: on the H100, bf16 (2026-11-27)
+      // 4096-pack tasks gave 64-72% of copy, a third of L2 as the lag 63-66%,
+      // 1024-pack tasks 56-66%, 4 blocks per SM 3-5 points less. Each
+      // output task combines its unit's task sums itself: one block
+      // combining them for all (the unit's last sums task) was 2-3 points
+      // slower on the H200, and evict_last loads in the sums 2-3 points
+      // slower on the H100.
+      const int64_t per_group = pb.cg() * (pb.s / pack);
+      s.tp = std::min<int64_t>(s.tp, 2048);
+      s.tg = ceil_div(per_group, s.tp);
+      const int64_t unit_bytes = pb.cg() * pb.s * static_cast<int64_t>(dtype_size(static_cast<fnorm_dtype_t>(pb.dtype)));
+      const int64_t budget = bud.l2_bytes > 0 ? bud.l2_bytes / 12 : int64_t{4} << 20;
+      s.lag = std::max<int64_t>(1, std::min<int64_t>(pb.n * pb.groups, budget / std::max<int64_t>(unit_bytes, 1)));
+      s.grid3 = std::min<int64_t>(2 * pb.n * pb.groups * s.tg, 8 * bud.sms);
+    }
     const char *arg = "x_desc";
     size_t off = 0;
     auto region = [&](int64_t count, size_t each) {
@@ -237,6 +273,7 @@ GnPlan plan_of(const GnProblem &pb, int pack, const GnBudget &bud) {
                           : bwd         ? pb.n * pb.c * s.tc
                                         : pb.n * pb.groups * s.tg;
     plan.ws.part = region(parts, sizeof(float) * 2);
+    if (s.lag > 0) plan.ws.sync = region(1, sizeof(unsigned long long) + sizeof(unsigned) * static_cast<size_t>(pb.n * pb.groups));
     if (pb.channels_last || bwd) {
       plan.ws.chan = region(pb.n * pb.c, sizeof(double) * 2);
       plan.ws.gstat = region(pb.n * pb.groups, sizeof(float) * 2);
@@ -367,6 +404,10 @@ GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace) {
   p.sgeo = plan.sgeo;
   if (plan.stream) {
     p.part = reinterpret_cast<float2 *>(ws + plan.ws.part);
+    if (plan.sgeo.lag > 0) {
+      p.ticket = reinterpret_cast<unsigned long long *>(ws + plan.ws.sync);
+      p.counters = reinterpret_cast<unsigned *>(p.ticket + 1);
+    }
     if (plan.ws.chan || plan.ws.gstat) {
       p.chan = reinterpret_cast<double2 *>(ws + plan.ws.chan);
       p.gstat = reinterpret_cast<float2 *>(ws + plan.ws.gstat);

@@ -30,129 +30,189 @@ namespace fnorm {
 // Channels-first forward, pass 1: task t = (group ng, span j of tp packs);
 // shifted sums (the group's first value) -> part[t].
 template <typename T, int P>
-__global__ void __launch_bounds__(kGnThreads) gn_s_fwd_sums_cf(const __grid_constant__ GnParams p) {
-  __shared__ float2 red[kGsWarps];
+__device__ __forceinline__ void gn_s_sum_task_cf(const GnParams &p, int64_t t, float2 *red) {
   const GnStreamGeo &g = p.sgeo;
   const T *x = static_cast<const T *>(p.x);
-  const int64_t per_group = p.cg * p.s / P, tasks = p.n * p.groups * g.tg;
-  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {
-    const int64_t ng = t / g.tg, lo = (t % g.tg) * g.tp, hi = min(per_group, lo + g.tp);
-    const T *xg = x + ng * p.cg * p.s;
-    const float K = Convert<T>::to_float(xg[0]);
-    float a = 0.f, b = 0.f;
-    int64_t i = lo + threadIdx.x;
-    for (; i + (kGsU - 1) * kGnThreads < hi; i += kGsU * kGnThreads) {
-      float f[kGsU][P];
+  const int64_t per_group = p.cg * p.s / P;
+  const int64_t ng = t / g.tg, lo = (t % g.tg) * g.tp, hi = min(per_group, lo + g.tp);
+  const T *xg = x + ng * p.cg * p.s;
+  const float K = Convert<T>::to_float(xg[0]);
+  float a = 0.f, b = 0.f;
+  int64_t i = lo + threadIdx.x;
+  for (; i + (kGsU - 1) * kGnThreads < hi; i += kGsU * kGnThreads) {
+    float f[kGsU][P];
 #pragma unroll
-      for (int u = 0; u < kGsU; ++u) gn_s_load<T, P>(xg + (i + u * kGnThreads) * P, false, f[u]);
+    for (int u = 0; u < kGsU; ++u) gn_s_load<T, P>(xg + (i + u * kGnThreads) * P, false, f[u]);
 #pragma unroll
-      for (int u = 0; u < kGsU; ++u)
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          const float d = f[u][e] - K;
-          a += d;
-          b = fmaf(d, d, b);
-        }
-    }
-    for (; i < hi; i += kGnThreads) {
-      float f[P];
-      gn_s_load<T, P>(xg + i * P, false, f);
+    for (int u = 0; u < kGsU; ++u)
 #pragma unroll
       for (int e = 0; e < P; ++e) {
-        const float d = f[e] - K;
+        const float d = f[u][e] - K;
         a += d;
         b = fmaf(d, d, b);
       }
-    }
-    const float2 r = gn_s_block_sum(make_float2(a, b), red);
-    if (threadIdx.x == 0) p.part[t] = r;
   }
+  for (; i < hi; i += kGnThreads) {
+    float f[P];
+    gn_s_load<T, P>(xg + i * P, false, f);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float d = f[e] - K;
+      a += d;
+      b = fmaf(d, d, b);
+    }
+  }
+  const float2 r = gn_s_block_sum(make_float2(a, b), red);
+  if (threadIdx.x == 0) p.part[t] = r;
+}
+
+template <typename T, int P>
+__global__ void __launch_bounds__(kGnThreads) gn_s_fwd_sums_cf(const __grid_constant__ GnParams p) {
+  __shared__ float2 red[kGsWarps];
+  const int64_t tasks = p.n * p.groups * p.sgeo.tg;
+  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) gn_s_sum_task_cf<T, P>(p, t, red);
 }
 
 // Channels-first last pass (forward: y; backward: dx), tasks as pass 1's
 // forward tasks, in reverse. Per task: the group's statistics (forward:
 // from the task sums; backward: the saved mean / rstd and the group terms),
-// each channel's coefficients in shared memory, then the span.
+// each channel's coefficients in shared memory, then the span. One task:
+// group ng = t / tg, span t % tg (the task sums are read from L2: the fused
+// kernel's other blocks write them during the launch).
 template <typename T, int P, bool BWD>
-__global__ void __launch_bounds__(kGnThreads) gn_s_last_cf(const __grid_constant__ GnParams p) {
-  __shared__ float4 coef[kGsTable];
-  __shared__ float2 st;
+__device__ __forceinline__ void gn_s_out_task_cf(const GnParams &p, int64_t t, float4 *coef, float2 &st) {
   const GnStreamGeo &g = p.sgeo;
   const T *x = static_cast<const T *>(p.x);
   const T *dy = static_cast<const T *>(p.dy);
   T *out = static_cast<T *>(p.y);
   const int tid = threadIdx.x, lane = tid & 31;
-  if constexpr (BWD) gn_s_weight_grads<T>(p);
-  const int64_t per_group = p.cg * p.s / P, ppc = p.s / P, tasks = p.n * p.groups * g.tg;
-  for (int64_t k = blockIdx.x; k < tasks; k += gridDim.x) {
-    const int64_t t = tasks - 1 - k;
-    const int64_t ng = t / g.tg, j = t % g.tg, n = ng / p.groups, q = ng % p.groups;
-    const int64_t lo = j * g.tp, hi = min(per_group, lo + g.tp);
-    __syncthreads();  // the previous task's readers of coef, st
-    if (tid < 32) {
-      if constexpr (BWD) {
-        if (lane == 0) st = p.gstat[ng];
-      } else {
-        const double2 s = gn_s_lane_sum(g.tg, [&](int64_t i) {
-          const float2 v = p.part[ng * g.tg + i];
-          return make_double2(v.x, v.y);
-        });
-        double s1 = s.x, s2 = s.y;
-        s1 = gn_s_warp_sum(s1);
-        s2 = gn_s_warp_sum(s2);
-        if (lane == 0) {
-          const float K = Convert<T>::to_float(x[ng * p.cg * p.s]);
-          st = gn_s_stats(s1, s2, static_cast<double>(p.cg) * static_cast<double>(p.s), K, p.eps);
-          if (j == 0) {
-            if (p.mean) p.mean[ng] = st.x;
-            if (p.rstd) p.rstd[ng] = st.y;
-          }
-        }
-      }
-    }
-    __syncthreads();
-    const int64_t c_lo = lo / ppc, c_hi = (hi - 1) / ppc;
-    for (int64_t c = c_lo + tid; c <= c_hi; c += kGnThreads) {
-      const GnChannel<T> ch(p, n, q * p.cg + c);
-      if constexpr (BWD) {
-        // gamma', beta' (SiLU's input from x_hat); dx = c1 du + c2 + c3 x_hat
-        coef[c - c_lo] = make_float4(ch.gp, ch.bp, p.rstd_in[ng] * ch.gp, 0.f);
-      } else {
-        const float a = st.y * ch.gp;
-        coef[c - c_lo] = make_float4(a, ch.bp - st.x * a, 0.f, 0.f);
-      }
-    }
-    __syncthreads();
-    float mean = 0.f, rs = 0.f, c2 = 0.f, c3 = 0.f;
+  const int64_t per_group = p.cg * p.s / P, ppc = p.s / P;
+  const int64_t ng = t / g.tg, j = t % g.tg, n = ng / p.groups, q = ng % p.groups;
+  const int64_t lo = j * g.tp, hi = min(per_group, lo + g.tp);
+  __syncthreads();  // the previous task's readers of coef, st
+  if (tid < 32) {
     if constexpr (BWD) {
-      mean = p.mean_in[ng];
-      rs = p.rstd_in[ng];
-      c2 = -rs * st.x;
-      c3 = -rs * st.y;
-    }
-    const int64_t base = ng * p.cg * p.s;
-    for (int64_t i = lo + tid; i < hi; i += kGnThreads) {
-      const float4 cf = coef[i / ppc - c_lo];
-      float f[P];
-      gn_s_load<T, P>(x + base + i * P, true, f);
-      if constexpr (BWD) {
-        float d[P];
-        gn_s_load<T, P>(dy + base + i * P, true, d);
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          const float xh = (f[e] - mean) * rs;
-          const float du = gn_s_du<T>(d[e], xh, cf.x, cf.y, p.silu);
-          f[e] = fmaf(cf.z, du, fmaf(c3, xh, c2));
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          float v = fmaf(f[e], cf.x, cf.y);
-          if (p.silu) v *= gn_sigmoid<T>(v);
-          f[e] = v;
+      if (lane == 0) st = p.gstat[ng];
+    } else {
+      const double2 s = gn_s_lane_sum(g.tg, [&](int64_t i) {
+        const float2 v = __ldcg(p.part + ng * g.tg + i);
+        return make_double2(v.x, v.y);
+      });
+      double s1 = s.x, s2 = s.y;
+      s1 = gn_s_warp_sum(s1);
+      s2 = gn_s_warp_sum(s2);
+      if (lane == 0) {
+        const float K = Convert<T>::to_float(x[ng * p.cg * p.s]);
+        st = gn_s_stats(s1, s2, static_cast<double>(p.cg) * static_cast<double>(p.s), K, p.eps);
+        if (j == 0) {
+          if (p.mean) p.mean[ng] = st.x;
+          if (p.rstd) p.rstd[ng] = st.y;
         }
       }
-      gn_s_store<T, P>(out + base + i * P, f);
+    }
+  }
+  __syncthreads();
+  const int64_t c_lo = lo / ppc, c_hi = (hi - 1) / ppc;
+  for (int64_t c = c_lo + tid; c <= c_hi; c += kGnThreads) {
+    const GnChannel<T> ch(p, n, q * p.cg + c);
+    if constexpr (BWD) {
+      // gamma', beta' (SiLU's input from x_hat); dx = c1 du + c2 + c3 x_hat
+      coef[c - c_lo] = make_float4(ch.gp, ch.bp, p.rstd_in[ng] * ch.gp, 0.f);
+    } else {
+      const float a = st.y * ch.gp;
+      coef[c - c_lo] = make_float4(a, ch.bp - st.x * a, 0.f, 0.f);
+    }
+  }
+  __syncthreads();
+  float mean = 0.f, rs = 0.f, c2 = 0.f, c3 = 0.f;
+  if constexpr (BWD) {
+    mean = p.mean_in[ng];
+    rs = p.rstd_in[ng];
+    c2 = -rs * st.x;
+    c3 = -rs * st.y;
+  }
+  const int64_t base = ng * p.cg * p.s;
+  for (int64_t i = lo + tid; i < hi; i += kGnThreads) {
+    const float4 cf = coef[i / ppc - c_lo];
+    float f[P];
+    gn_s_load<T, P>(x + base + i * P, true, f);
+    if constexpr (BWD) {
+      float d[P];
+      gn_s_load<T, P>(dy + base + i * P, true, d);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const float xh = (f[e] - mean) * rs;
+        const float du = gn_s_du<T>(d[e], xh, cf.x, cf.y, p.silu);
+        f[e] = fmaf(cf.z, du, fmaf(c3, xh, c2));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        float v = fmaf(f[e], cf.x, cf.y);
+        if (p.silu) v *= gn_sigmoid<T>(v);
+        f[e] = v;
+      }
+    }
+    gn_s_store<T, P>(out + base + i * P, f);
+  }
+}
+
+template <typename T, int P, bool BWD>
+__global__ void __launch_bounds__(kGnThreads) gn_s_last_cf(const __grid_constant__ GnParams p) {
+  __shared__ float4 coef[kGsTable];
+  __shared__ float2 st;
+  if constexpr (BWD) gn_s_weight_grads<T>(p);
+  const int64_t tasks = p.n * p.groups * p.sgeo.tg;
+  for (int64_t k = blockIdx.x; k < tasks; k += gridDim.x) gn_s_out_task_cf<T, P, BWD>(p, tasks - 1 - k, coef, st);
+}
+
+// Channels-first forward in one launch (gn_plan.cpp says where). Blocks
+// take tickets in order from p.ticket; rounds of tg tickets run the sums of
+// units 0 .. lag - 1, then alternate the outputs of unit u and the sums of
+// unit u + lag, then the last lag units' outputs. An output task waits until
+// its unit's tg sums are in (done[u]); those tickets were taken earlier by
+// running blocks whose tasks never wait, so every wait ends. The lag and the
+// grid bound the x read between a unit's sums and its outputs, so that most
+// of the outputs' x comes from L2.
+template <typename T, int P>
+__global__ void __launch_bounds__(kGnThreads) gn_s_fused_cf(const __grid_constant__ GnParams p) {
+  __shared__ float4 coef[kGsTable];
+  __shared__ float2 st, red[kGsWarps];
+  __shared__ unsigned long long s_k;
+  const GnStreamGeo &g = p.sgeo;
+  const int64_t units = p.n * p.groups, lag = g.lag, mid = 2 * (units - lag), total = 2 * units * g.tg;
+  unsigned *done = p.counters;
+  for (;;) {
+    __syncthreads();  // s_k's readers of the previous ticket are done
+    if (threadIdx.x == 0) s_k = atomicAdd(p.ticket, 1ull);
+    __syncthreads();
+    const int64_t k = static_cast<int64_t>(s_k);
+    if (k >= total) return;
+    const int64_t r = k / g.tg, j = k % g.tg;
+    int64_t u;
+    bool out;
+    if (r < lag) {
+      u = r, out = false;
+    } else if (r < lag + mid) {
+      const int64_t m = r - lag;
+      out = m % 2 == 0;
+      u = out ? m / 2 : lag + m / 2;
+    } else {
+      u = units - lag + (r - lag - mid), out = true;
+    }
+    if (!out) {
+      gn_s_sum_task_cf<T, P>(p, u * g.tg + j, red);
+      if (threadIdx.x == 0) {  // thread 0 wrote the task's sums
+        __threadfence();
+        atomicAdd(done + u, 1u);
+      }
+    } else {
+      if (threadIdx.x == 0) {
+        while (*reinterpret_cast<volatile unsigned *>(done + u) < static_cast<unsigned>(g.tg)) __nanosleep(64);
+        __threadfence();
+      }
+      __syncthreads();
+      gn_s_out_task_cf<T, P, false>(p, u * g.tg + j, coef, st);
     }
   }
 }
@@ -312,6 +372,11 @@ cudaError_t gn_s_launch(const GnParams &p, cudaStream_t stream) {
     gn_s_chan<T, true><<<static_cast<unsigned>(p.n * ((p.c + 31) / 32)), blk, 0, stream>>>(p, 0);
     gn_s_group<T, true><<<static_cast<unsigned>((p.n * p.groups + kGsWarps - 1) / kGsWarps), blk, 0, stream>>>(p);
     gn_s_last_cf<T, P, true><<<static_cast<unsigned>(g.grid3), blk, 0, stream>>>(p);
+  } else if (g.lag > 0) {
+    const size_t sync = sizeof(unsigned long long) + sizeof(unsigned) * static_cast<size_t>(p.n * p.groups);
+    const cudaError_t e = cudaMemsetAsync(p.ticket, 0, sync, stream);  // ticket, then done[units]
+    if (e != cudaSuccess) return e;
+    gn_s_fused_cf<T, P><<<static_cast<unsigned>(g.grid3), blk, 0, stream>>>(p);
   } else {
     gn_s_fwd_sums_cf<T, P><<<static_cast<unsigned>(g.grid1), blk, 0, stream>>>(p);
     gn_s_last_cf<T, P, false><<<static_cast<unsigned>(g.grid3), blk, 0, stream>>>(p);

@@ -27,7 +27,10 @@
 // then the outputs in a second pass over x (and dy), which walks the first
 // pass's order backwards so as to start on what is still in L2. It reads x
 // twice, but no block waits on another; on the H100 it is faster than the
-// persistent kernel wherever the planner takes it (gn_plan.cpp).
+// persistent kernel wherever the planner takes it (gn_plan.cpp). Its
+// channels-first forward runs in one launch (gn_s_fused_cf) where x is
+// larger than L2: a unit's outputs follow its sums closely enough that
+// most of x's second read comes from L2.
 #pragma once
 
 #include <cstddef>
@@ -113,6 +116,7 @@ struct GnStreamGeo {
   int64_t grid3 = 1;  // blocks of the last pass (CL: per column chunk)
   int64_t cols = 1, rps = 1, ncc = 1;  // CL: threads per row, row slices, column chunks
   int64_t bps = 1;    // CL: first-pass blocks per sample (per column chunk)
+  int64_t lag = 0;    // CF forward in one launch (gn_s_fused_cf): units between a unit's sums and its outputs; 0: two launches
 };
 
 // The workspace: counters (zeroed by the launch), then per-tile group
@@ -121,7 +125,7 @@ struct GnStreamGeo {
 struct GnWorkspace {
   size_t counters = 0, counter_bytes = 0;
   size_t group_part = 0, unit_res = 0, line_part = 0, nc_sums = 0;
-  size_t part = 0, chan = 0, gstat = 0;  // the streaming schedule's
+  size_t part = 0, chan = 0, gstat = 0, sync = 0;  // the streaming schedule's (sync: the fused forward's ticket, counters)
   size_t total = 0;
 };
 
@@ -155,6 +159,7 @@ struct GnParams {
   float2 *line_part = nullptr;   // bwd: [units][nrb * nsc][lines]
   float2 *nc_sums = nullptr;     // bwd: [n][c] ((1 + scale) A, (1 + scale) B)
   float2 *part = nullptr;        // streaming: first-pass sums
+  unsigned long long *ticket = nullptr;  // fused CF forward: the ticket, then counters = done[units]
   double2 *chan = nullptr;       // streaming: [n][c] channel sums
   float2 *gstat = nullptr;       // streaming: [n][groups] mean, rstd (fwd) or the means of g, g x_hat (bwd)
   int64_t n = 0, c = 0, s = 0, groups = 0, cg = 0;
