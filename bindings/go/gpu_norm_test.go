@@ -53,13 +53,7 @@ func normRef(mode fusednorm.NormMode, dt fusednorm.DType, x, r, gamma, beta []fl
 		}
 		mean[i], rstd[i] = mu, rs
 		for j, v := range row {
-			g := 1.0
-			if gamma != nil {
-				g = gamma[j]
-			}
-			if zeroCentered {
-				g += 1
-			}
+			g := gammaAt(gamma, j, zeroCentered)
 			b := 0.0
 			if beta != nil {
 				b = beta[j]
@@ -70,6 +64,19 @@ func normRef(mode fusednorm.NormMode, dt fusednorm.DType, x, r, gamma, beta []fl
 	return
 }
 
+// gammaAt is the scale the reference applies in column j: gamma[j] (1
+// without gamma), plus 1 where gamma is zero-centred.
+func gammaAt(gamma []float64, j int, zeroCentered bool) float64 {
+	gm := 1.0
+	if gamma != nil {
+		gm = gamma[j]
+	}
+	if zeroCentered {
+		gm += 1
+	}
+	return gm
+}
+
 // normBwdRef: dx (plus dsum), dgamma, dbeta from the float64 statistics.
 func normBwdRef(mode fusednorm.NormMode, s, dy, gamma, dsum, mean, rstd []float64, rows, cols int, zeroCentered bool) (dx, dgamma, dbeta []float64) {
 	dx = make([]float64, rows*cols)
@@ -78,13 +85,7 @@ func normBwdRef(mode fusednorm.NormMode, s, dy, gamma, dsum, mean, rstd []float6
 	for i := range rows {
 		mg, mgx := 0.0, 0.0
 		for j := range cols {
-			gm := 1.0
-			if gamma != nil {
-				gm = gamma[j]
-			}
-			if zeroCentered {
-				gm += 1
-			}
+			gm := gammaAt(gamma, j, zeroCentered)
 			xh := (s[i*cols+j] - mean[i]) * rstd[i]
 			g := dy[i*cols+j] * gm
 			mg += g
@@ -98,13 +99,7 @@ func normBwdRef(mode fusednorm.NormMode, s, dy, gamma, dsum, mean, rstd []float6
 			mg = 0
 		}
 		for j := range cols {
-			gm := 1.0
-			if gamma != nil {
-				gm = gamma[j]
-			}
-			if zeroCentered {
-				gm += 1
-			}
+			gm := gammaAt(gamma, j, zeroCentered)
 			xh := (s[i*cols+j] - mean[i]) * rstd[i]
 			dx[i*cols+j] = rstd[i] * (dy[i*cols+j]*gm - mg - xh*mgx)
 			if dsum != nil {

@@ -102,15 +102,10 @@ func (n *NormDesc) obj() *object { return n.base().obj() }
 // NormFwdWorkspaceSize is the scratch fnorm_norm_fwd needs for these
 // descriptors (fnorm_norm_fwd_workspace_size).
 func (h *Handle) NormFwdWorkspaceSize(norm *NormDesc, x, y *TensorDesc) (uint64, error) {
-	return querySize("fnorm_norm_fwd_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
-		hp := e.handle(h, op)
-		np := e.norm(norm, op, "norm")
-		xp := e.tensor(x, op, "x_desc")
-		yp := e.tensor(y, op, "y_desc")
-		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+	return h.normSize("fnorm_norm_fwd_workspace_size", norm, x, y, "y_desc",
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, yp C.fnorm_tensor_desc_t, n *C.size_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_fwd_workspace_size(hp, np, xp, yp, n, msg)
-		}
-	})
+		})
 }
 
 // NormFwd holds the arguments of fnorm_norm_fwd (see the header for each).
@@ -135,13 +130,22 @@ func (h *Handle) NormFwd(stream Stream, a *NormFwd) error {
 	if a == nil {
 		return goError("fnorm_norm_fwd", StatusBadParamNullPointer, "arguments are nil")
 	}
-	return callC("fnorm_norm_fwd", []*object{h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
-		hp, np, xp, wp, yp := e.normFwd(h, op, a.Norm, a.XDesc, a.WDesc, a.YDesc)
-		return func(msg **C.char) C.fnorm_status_t {
+	return h.normFwdCall("fnorm_norm_fwd", a.Norm, a.XDesc, a.WDesc, a.YDesc,
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, wp, yp C.fnorm_tensor_desc_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_fwd(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
 				wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), up(a.Mean), up(a.Rstd),
 				up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
-		}
+		})
+}
+
+// normFwdCall runs NormFwd or NormFwdQuant: the descriptors converted and
+// locked as every call's are, then launch.
+func (h *Handle) normFwdCall(op string, norm *NormDesc, x, w, y *TensorDesc,
+	launch func(C.fnorm_handle_t, C.fnorm_norm_desc_t, C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t, **C.char) C.fnorm_status_t) error {
+	return callC(op, []*object{h.obj(), norm.obj(), x.obj(), w.obj(), y.obj()}, func(e *argErr, op string) cCall {
+		hp, np, xp, wp, yp := e.handle(h, op), e.norm(norm, op, "norm"), e.tensor(x, op, "x_desc"),
+			e.tensor(w, op, "w_desc"), e.tensor(y, op, "y_desc")
+		return func(msg **C.char) C.fnorm_status_t { return launch(hp, np, xp, wp, yp, msg) }
 	})
 }
 
@@ -157,28 +161,19 @@ const (
 // NormFwdQuantWorkspaceSize is the scratch fnorm_norm_fwd_quant needs
 // (fnorm_norm_fwd_quant_workspace_size); y in a quantized dtype.
 func (h *Handle) NormFwdQuantWorkspaceSize(norm *NormDesc, x, y *TensorDesc, scaling QuantScaling) (uint64, error) {
-	return querySize("fnorm_norm_fwd_quant_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), y.obj()}, func(e *argErr, op string) sizeCall {
-		hp := e.handle(h, op)
-		np := e.norm(norm, op, "norm")
-		xp := e.tensor(x, op, "x_desc")
-		yp := e.tensor(y, op, "y_desc")
-		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+	return h.normSize("fnorm_norm_fwd_quant_workspace_size", norm, x, y, "y_desc",
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, yp C.fnorm_tensor_desc_t, n *C.size_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_fwd_quant_workspace_size(hp, np, xp, yp, C.fnorm_quant_scaling_t(scaling), n, msg)
-		}
-	})
+		})
 }
 
 // NormFwdQuantScaleSize is the bytes of NormFwdQuant's Scale
 // (fnorm_norm_fwd_quant_scale_size): 4 per tensor, 4 per row per token.
 func (h *Handle) NormFwdQuantScaleSize(norm *NormDesc, x *TensorDesc, scaling QuantScaling) (uint64, error) {
-	return querySize("fnorm_norm_fwd_quant_scale_size", []*object{h.obj(), norm.obj(), x.obj()}, func(e *argErr, op string) sizeCall {
-		hp := e.handle(h, op)
-		np := e.norm(norm, op, "norm")
-		xp := e.tensor(x, op, "x_desc")
-		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+	return h.normSize("fnorm_norm_fwd_quant_scale_size", norm, x, nil, "",
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, _ C.fnorm_tensor_desc_t, n *C.size_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_fwd_quant_scale_size(hp, np, xp, C.fnorm_quant_scaling_t(scaling), n, msg)
-		}
-	})
+		})
 }
 
 // NormFwdQuant holds the arguments of fnorm_norm_fwd_quant: NormFwd's, Y
@@ -209,27 +204,31 @@ func (h *Handle) NormFwdQuant(stream Stream, a *NormFwdQuant) error {
 	if a == nil {
 		return goError("fnorm_norm_fwd_quant", StatusBadParamNullPointer, "arguments are nil")
 	}
-	return callC("fnorm_norm_fwd_quant", []*object{h.obj(), a.Norm.obj(), a.XDesc.obj(), a.WDesc.obj(), a.YDesc.obj()}, func(e *argErr, op string) cCall {
-		hp, np, xp, wp, yp := e.normFwd(h, op, a.Norm, a.XDesc, a.WDesc, a.YDesc)
-		return func(msg **C.char) C.fnorm_status_t {
+	return h.normFwdCall("fnorm_norm_fwd_quant", a.Norm, a.XDesc, a.WDesc, a.YDesc,
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, wp, yp C.fnorm_tensor_desc_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_fwd_quant(hp, C.uintptr_t(stream), np, xp, up(a.X), up(a.Residual), up(a.Sum),
 				wp, up(a.Gamma), up(a.Beta), yp, up(a.Y), C.fnorm_quant_scaling_t(a.Scaling), up(a.Scale), up(a.Amax),
 				up(a.Mean), up(a.Rstd), up(a.Workspace), C.size_t(a.WorkspaceLen), msg)
-		}
-	})
+		})
 }
 
 // NormBwdWorkspaceSize is the scratch fnorm_norm_bwd needs
 // (fnorm_norm_bwd_workspace_size); w nil when no dgamma/dbeta is asked for.
 func (h *Handle) NormBwdWorkspaceSize(norm *NormDesc, x, w *TensorDesc) (uint64, error) {
-	return querySize("fnorm_norm_bwd_workspace_size", []*object{h.obj(), norm.obj(), x.obj(), w.obj()}, func(e *argErr, op string) sizeCall {
-		hp := e.handle(h, op)
-		np := e.norm(norm, op, "norm")
-		xp := e.tensor(x, op, "x_desc")
-		wp := e.tensor(w, op, "w_desc")
-		return func(n *C.size_t, msg **C.char) C.fnorm_status_t {
+	return h.normSize("fnorm_norm_bwd_workspace_size", norm, x, w, "w_desc",
+		func(hp C.fnorm_handle_t, np C.fnorm_norm_desc_t, xp, wp C.fnorm_tensor_desc_t, n *C.size_t, msg **C.char) C.fnorm_status_t {
 			return C.gofn_norm_bwd_workspace_size(hp, np, xp, wp, n, msg)
-		}
+		})
+}
+
+// normSize runs one of the norm size queries over the handle, the norm
+// descriptor, x and t (nil where the query has no fourth descriptor; tArg
+// names it in a refusal), converted and locked as every call's are.
+func (h *Handle) normSize(op string, norm *NormDesc, x, t *TensorDesc, tArg string,
+	call func(C.fnorm_handle_t, C.fnorm_norm_desc_t, C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t, *C.size_t, **C.char) C.fnorm_status_t) (uint64, error) {
+	return querySize(op, []*object{h.obj(), norm.obj(), x.obj(), t.obj()}, func(e *argErr, op string) sizeCall {
+		hp, np, xp, tp := e.handle(h, op), e.norm(norm, op, "norm"), e.tensor(x, op, "x_desc"), e.tensor(t, op, tArg)
+		return func(n *C.size_t, msg **C.char) C.fnorm_status_t { return call(hp, np, xp, tp, n, msg) }
 	})
 }
 
@@ -291,13 +290,6 @@ func (e *argErr) handle(h *Handle, op string) C.fnorm_handle_t {
 
 func (e *argErr) tensor(t *TensorDesc, op, arg string) C.fnorm_tensor_desc_t {
 	return descArg(e, t.base(), op, arg)
-}
-
-// normFwd converts the descriptors of NormFwd and NormFwdQuant.
-func (e *argErr) normFwd(h *Handle, op string, n *NormDesc, x, w, y *TensorDesc) (C.fnorm_handle_t, C.fnorm_norm_desc_t,
-	C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t, C.fnorm_tensor_desc_t) {
-	return e.handle(h, op), e.norm(n, op, "norm"), e.tensor(x, op, "x_desc"), e.tensor(w, op, "w_desc"),
-		e.tensor(y, op, "y_desc")
 }
 
 func (e *argErr) norm(n *NormDesc, op, arg string) C.fnorm_norm_desc_t {

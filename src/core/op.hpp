@@ -45,7 +45,8 @@
 //                                           the launch needs of it
 //
 // FNORM_OP_STEPS declares the steps every op defines out of line; an op
-// declares the rest itself (those it defines inline differ by op).
+// declares the rest itself (those it defines inline differ by op), or
+// inherits OpDefaults' check_plan.
 // require_op<Op>() refuses, at compile time, an op that lacks a step.
 #pragma once
 
@@ -151,6 +152,13 @@ class PlanCache {
     static thread_local Slots s;
     return s;
   }
+};
+
+// What an op inherits unless it declares its own: no refusal that depends
+// on the plan (BatchNorm's cuDNN engine has its own rules).
+struct OpDefaults {
+  template <class Plan, class Desc, class Args>
+  static void check_plan(const Plan &, const Desc &, const Args &) {}
 };
 
 #define FNORM_OP_STEPS                                                                        \

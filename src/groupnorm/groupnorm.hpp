@@ -220,7 +220,7 @@ size_t gn_workspace_bytes(fnorm_handle *h, const GnProblem &pb);
 GnParams gn_params(const GnProblem &pb, const GnPlan &plan, void *workspace);
 
 // ---- the ops (gn_describe.cpp, gn_plan.cpp, gn_launch.cpp) ----
-struct GnFwd {
+struct GnFwd : OpDefaults {
   struct Descs {
     const fnorm_groupnorm_desc *gn;
     const fnorm_tensor_desc *x, *w, *ss, *y;  // y null in the size query
@@ -235,11 +235,10 @@ struct GnFwd {
   static Empty empty(const Desc &pb, const Args &) { return pb.elements() == 0 ? Empty::Done : Empty::No; }
   static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
   static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *h, const Desc &pb) { return gn_workspace_bytes(h, pb); }
 };
 
-struct GnBwd {
+struct GnBwd : OpDefaults {
   struct Descs {
     const fnorm_groupnorm_desc *gn;
     const fnorm_tensor_desc *x, *dy, *w, *ss, *dx;  // dy, dx null in the size query
@@ -255,7 +254,6 @@ struct GnBwd {
   static Empty empty(const Desc &pb, const Args &a);
   static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
   static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *h, const Desc &pb) { return gn_workspace_bytes(h, pb); }
 };
 

@@ -237,7 +237,7 @@ struct LinearFwdPlan {
   LinearLaunch pass;  // our kernel of `post` (Epilogue, ReluMask, Gelu*, NoInner)
 };
 
-struct LinearFwd {
+struct LinearFwd : OpDefaults {
   struct Descs {
     const fnorm_linear_desc *desc;
     const fnorm_tensor_desc *x, *w, *y;
@@ -252,7 +252,6 @@ struct LinearFwd {
   static Empty empty(const Desc &p, const Args &) { return p.m * p.n == 0 ? Empty::Done : Empty::No; }
   static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
   static Sizes sizes(fnorm_handle *h, const Desc &p, const Ptrs &) { return {workspace_size(h, p), 0}; }
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *h, const Desc &p);
 };
 
@@ -302,7 +301,7 @@ struct LinearBwdPlan {
   GemmPlan wgrad, dgrad;
 };
 
-struct LinearBwd {
+struct LinearBwd : OpDefaults {
   struct Descs {
     const fnorm_linear_desc *desc;
     const fnorm_tensor_desc *x, *w, *dy;
@@ -319,7 +318,6 @@ struct LinearBwd {
   static Empty empty(const Desc &c, const Args &) { return c.wanted == 0 ? Empty::Done : Empty::No; }
   static void launch_empty(const Desc &, const Args &, cudaStream_t) {}
   static Sizes sizes(fnorm_handle *h, const Desc &c, const Ptrs &) { return {workspace_size(h, c), 0}; }
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *h, const Desc &c);
 };
 

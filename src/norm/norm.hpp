@@ -211,7 +211,7 @@ struct NormPtrs {
 };
 
 // fnorm_norm_fwd and fnorm_norm_fwd_quant (a quantized y_desc; the scaling).
-struct NormFwd {
+struct NormFwd : OpDefaults {
   struct Descs {
     const fnorm_norm_desc *norm;
     const fnorm_tensor_desc *x, *w, *y;
@@ -228,11 +228,10 @@ struct NormFwd {
   static Empty empty(const Desc &pb, const Args &a);
   static void launch_empty(const Desc &pb, const Args &a, cudaStream_t stream);
   static Sizes sizes(fnorm_handle *, const Desc &, const Ptrs &) { return {}; }
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *, const Desc &) { return 0; }
 };
 
-struct NormBwd {
+struct NormBwd : OpDefaults {
   struct Descs {
     const fnorm_norm_desc *norm;
     const fnorm_tensor_desc *x, *dy, *dx, *w;
@@ -249,7 +248,6 @@ struct NormBwd {
   // The grid (and so the workspace) follows the kernel's occupancy: planned
   // (and cached) to answer.
   static Sizes sizes(fnorm_handle *h, const Desc &pb, const Ptrs &ptrs);
-  static void check_plan(const Plan &, const Desc &, const Args &) {}
   static size_t workspace_size(fnorm_handle *h, const Desc &pb);
 };
 

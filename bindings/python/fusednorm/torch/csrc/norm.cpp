@@ -25,6 +25,52 @@ fnorm_norm_desc_t norm_desc(int64_t mode, int64_t axis, double eps, int64_t flag
   return d;
 }
 
+// The parameters' descriptor: weight's, else bias's (they share it), null
+// with neither.
+fnorm_tensor_desc_t param_desc(const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias) {
+  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
+  return w ? desc_of(*w, "weight") : nullptr;
+}
+
+// fnorm_norm_fwd's workspace for these descriptors (asked once per handle
+// and descriptors).
+size_t norm_fwd_workspace_bytes(fnorm_handle_t h, fnorm_norm_desc_t nd, fnorm_tensor_desc_t xd,
+                                fnorm_tensor_desc_t yd) {
+  return cached_size(1, {h, nd, xd, yd}, [&] {
+    size_t n = 0;
+    check(abi.fnorm_norm_fwd_workspace_size(h, nd, xd, yd, &n), "fnorm_norm_fwd_workspace_size");
+    return n;
+  });
+}
+
+// What a norm Function's backward needs of its call besides the tensors:
+// mode, axis, flags and the edges of weight and bias (-1: absent), packed
+// in the one integer of its saved data.
+struct SavedCall {
+  int64_t mode, axis, flags, ew, eb;
+  int64_t pack() const { return mode | (axis << 4) | (flags << 20) | ((ew + 1) << 28) | ((eb + 1) << 32); }
+  static SavedCall unpack(int64_t m) {
+    return {m & 0xf, (m >> 4) & 0xffff, (m >> 20) & 0xff, ((m >> 28) & 0xf) - 1, ((m >> 32) & 0xf) - 1};
+  }
+};
+
+// Whether the eager entries can take these parameters: each absent or
+// packed on x's device, sized as x's dimensions from axis, in x's dtype or
+// float32, weight and bias in one dtype.
+bool params_fit(const c10::optional<at::Tensor> &w, const c10::optional<at::Tensor> &b, const at::Tensor &x,
+                int64_t axis) {
+  const c10::optional<at::Tensor> &p = w.has_value() ? w : b;
+  if (!p.has_value()) return true;
+  const auto pt = p->scalar_type();
+  if ((pt != x.scalar_type() && pt != at::kFloat) || (w.has_value() && b.has_value() && b->scalar_type() != pt))
+    return false;
+  for (auto *t : {&w, &b})
+    if (t->has_value() &&
+        ((*t)->device() != x.device() || (*t)->sizes() != x.sizes().slice(axis) || !(*t)->is_contiguous()))
+      return false;
+  return true;
+}
+
 // ---- LayerNorm / RMSNorm --------------------------------------------------
 // x: the normalized dimensions [axis, dim) packed, the rows collapsing into one
 // stride (the callers make it so). weight/bias: packed, sized as the
@@ -45,13 +91,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_fwd_impl(const at::Tensor &x
   auto nd = norm_desc(mode, axis, eps, flags);
   auto xd = desc_of(x, "x");
   auto yd = y.strides() == x.strides() ? xd : desc_of(y, "y");
-  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
-  auto wd = w ? desc_of(*w, "weight") : nullptr;
-  size_t ws_bytes = cached_size(1, {h, nd, xd, yd}, [&] {
-    size_t n = 0;
-    check(abi.fnorm_norm_fwd_workspace_size(h, nd, xd, yd, &n), "fnorm_norm_fwd_workspace_size");
-    return n;
-  });
+  auto wd = param_desc(weight, bias);
+  const size_t ws_bytes = norm_fwd_workspace_bytes(h, nd, xd, yd);
   at::Tensor ws = workspace(ws_bytes, x);
   check(abi.fnorm_norm_fwd(h, stream_of(x), nd, xd, ptr(x), nullptr, nullptr, wd, ptr(weight), ptr(bias), yd,
                            mptr(y), stats && mode == FNORM_NORM_LAYERNORM ? static_cast<float *>(mptr(mean)) : nullptr,
@@ -111,8 +152,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> norm_quant(
   auto nd = norm_desc(mode, axis, eps, 0);
   auto xd = desc_of(x, "x");
   auto yd = desc_of(y, "y");
-  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
-  auto wd = w ? desc_of(*w, "weight") : nullptr;
+  auto wd = param_desc(weight, bias);
   const auto scaling = per_token ? FNORM_QUANT_SCALING_PER_TOKEN : FNORM_QUANT_SCALING_PER_TENSOR;
   size_t ws_bytes = cached_size(per_token ? 11 : 10, {h, nd, xd, yd}, [&] {
     size_t n = 0;
@@ -242,8 +282,7 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
     ctx->save_for_backward({x, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     int64_t ew = given(weight) ? 1 : -1;
     int64_t eb = given(bias) ? (given(weight) ? 2 : 1) : -1;
-    // mode, axis, flags and the edges of weight and bias packed in one value
-    ctx->saved_data["m"] = mode | (axis << 4) | (flags << 20) | ((ew + 1) << 28) | ((eb + 1) << 32);
+    ctx->saved_data["m"] = SavedCall{mode, axis, flags, ew, eb}.pack();
     ctx->saved_data["e"] = eps;
     return y;
   }
@@ -251,9 +290,7 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    int64_t m = ctx->saved_data["m"].toInt();
-    int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
-    int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
+    const auto [mode, axis, flags, ew, eb] = SavedCall::unpack(ctx->saved_data["m"].toInt());
     bool need_x = ctx->needs_input_grad(0), need_w = needs(ctx, ew), need_b = needs(ctx, eb);
     if (double_backward(false, saved[0])) {  // create_graph: a differentiable gradient
       std::vector<std::pair<size_t, at::Tensor>> wrt;
@@ -278,32 +315,51 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
   }
 };
 
-// The eager entry's autograd node, made as torch's generated nodes are (a
-// Node holding its saved variables; edges x, weight, bias, an absent one
-// empty) rather than through torch::autograd::Function, whose generic
+// The eager entries' autograd nodes (NormBackward; AddNormBackward below,
+// both a NormNode), made as torch's generated nodes are (a Node holding its
+// saved variables; edges x, weight, bias, an absent one empty) rather than
+// through torch::autograd::Function, whose generic
 // bookkeeping (the context's dictionary and variable lists, materialized
 // zero gradients, the node's demangled name on every call) is host time a
 // torch.nn module does not pay. A gradient that is not defined gives none
 // (as torch's nodes). Compiled autograd does not take this node: a compiled
 // forward takes the registered op's path (NormFunction) instead.
-struct NormBackward final : public torch::autograd::Node {
-  torch::autograd::SavedVariable x_, mean_, rstd_, weight_, bias_;
+struct NormNode : public torch::autograd::Node {
+  // in_: what was normalized (x; the add & norm node's sum, saved as its
+  // output); the statistics, the parameters (empty where absent), the call.
+  torch::autograd::SavedVariable in_, mean_, rstd_, weight_, bias_;
   int64_t mode = 0, axis = 0, flags = 0;
   double eps = 0;
 
-  std::string name() const override { return "fusednorm::NormBackward"; }
+  void save(const at::Tensor &in, bool in_is_output, const at::Tensor &mean, const at::Tensor &rstd,
+            const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias, int64_t mode_,
+            int64_t axis_, double eps_, int64_t flags_) {
+    in_ = torch::autograd::SavedVariable(in, in_is_output);
+    mean_ = torch::autograd::SavedVariable(mean, false);
+    rstd_ = torch::autograd::SavedVariable(rstd, false);
+    if (given(weight)) weight_ = torch::autograd::SavedVariable(*weight, false);
+    if (given(bias)) bias_ = torch::autograd::SavedVariable(*bias, false);
+    mode = mode_;
+    axis = axis_;
+    flags = flags_;
+    eps = eps_;
+  }
 
   // The node's mutex, as torch's nodes take it: two backwards through one
   // retained graph may run it from two threads.
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto *v : {&x_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
+    for (auto *v : {&in_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
   }
+};
+
+struct NormBackward final : public NormNode {
+  std::string name() const override { return "fusednorm::NormBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     torch::autograd::variable_list out(3);
-    const at::Tensor x = x_.unpack(), mean = mean_.unpack(), rstd = rstd_.unpack();
+    const at::Tensor x = in_.unpack(), mean = mean_.unpack(), rstd = rstd_.unpack();
     const at::Tensor w = weight_.unpack(), b = bias_.unpack();
     const bool need_x = task_should_compute_output(0);
     const bool need_w = w.defined() && task_should_compute_output(1);
@@ -339,15 +395,7 @@ at::Tensor norm_eager_autograd(const at::Tensor &x, const c10::optional<at::Tens
   auto node = std::shared_ptr<NormBackward>(new NormBackward(), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
   torch::autograd::set_history(y, node);
-  node->x_ = torch::autograd::SavedVariable(x, false);
-  node->mean_ = torch::autograd::SavedVariable(mean, false);
-  node->rstd_ = torch::autograd::SavedVariable(rstd, false);
-  if (given(weight)) node->weight_ = torch::autograd::SavedVariable(*weight, false);
-  if (given(bias)) node->bias_ = torch::autograd::SavedVariable(*bias, false);
-  node->mode = mode;
-  node->axis = axis;
-  node->flags = flags;
-  node->eps = eps;
+  node->save(x, false, mean, rstd, weight, bias, mode, axis, eps, flags);
   return y;
 }
 
@@ -414,16 +462,7 @@ py::object norm_eager(py::handle xo, py::handle wo, py::handle bo, py::handle sh
     b = at::autocast::cached_cast(at::kFloat, b, c10::DeviceType::CUDA);
   }
   if (!lib_dtype(x.scalar_type()) || !rowwise(x, axis)) return py::none();
-  const c10::optional<at::Tensor> &p = w.has_value() ? w : b;
-  if (p.has_value()) {
-    auto pt = p->scalar_type();
-    if ((pt != x.scalar_type() && pt != at::kFloat) || (w.has_value() && b.has_value() && b->scalar_type() != pt))
-      return py::none();
-    for (auto *t : {&w, &b})
-      if (t->has_value() && ((*t)->device() != x.device() || (*t)->sizes() != x.sizes().slice(axis) ||
-                             !(*t)->is_contiguous()))
-        return py::none();
-  }
+  if (!params_fit(w, b, x, axis)) return py::none();
   // Forward-mode AD (dual tensors): torch's path, which has the tangents.
   if (torch::autograd::isFwGradDefined(x) || torch::autograd::isFwGradDefined(w) ||
       torch::autograd::isFwGradDefined(b))
@@ -470,13 +509,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_norm_fwd(
   auto h = handle_for(x);
   auto nd = norm_desc(mode, axis, eps, flags);
   auto xd = desc_of(x, "x");
-  const at::Tensor *w = given(weight) ? &*weight : (given(bias) ? &*bias : nullptr);
-  auto wd = w ? desc_of(*w, "weight") : nullptr;
-  size_t ws_bytes = cached_size(1, {h, nd, xd, xd}, [&] {
-    size_t n = 0;
-    check(abi.fnorm_norm_fwd_workspace_size(h, nd, xd, xd, &n), "fnorm_norm_fwd_workspace_size");
-    return n;
-  });
+  auto wd = param_desc(weight, bias);
+  const size_t ws_bytes = norm_fwd_workspace_bytes(h, nd, xd, xd);
   at::Tensor ws = workspace(ws_bytes, x);
   if (x.numel() > 0)
     check(abi.fnorm_norm_fwd(h, stream_of(x), nd, xd, ptr(x), ptr(r), mptr(sum), wd, ptr(weight), ptr(bias), xd,
@@ -510,7 +544,7 @@ class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
     ctx->save_for_backward({sum, mean, rstd, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     int64_t ew = given(weight) ? 2 : -1;
     int64_t eb = given(bias) ? (given(weight) ? 3 : 2) : -1;
-    ctx->saved_data["m"] = mode | (axis << 4) | (flags << 20) | ((ew + 1) << 28) | ((eb + 1) << 32);
+    ctx->saved_data["m"] = SavedCall{mode, axis, flags, ew, eb}.pack();
     ctx->saved_data["e"] = eps;
     return {y, sum};
   }
@@ -518,9 +552,7 @@ class AddNormFunction : public torch::autograd::Function<AddNormFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    int64_t m = ctx->saved_data["m"].toInt();
-    int64_t mode = m & 0xf, axis = (m >> 4) & 0xffff, flags = (m >> 20) & 0xff;
-    int64_t ew = ((m >> 28) & 0xf) - 1, eb = ((m >> 32) & 0xf) - 1;
+    const auto [mode, axis, flags, ew, eb] = SavedCall::unpack(ctx->saved_data["m"].toInt());
     const bool need_s = ctx->needs_input_grad(0) || ctx->needs_input_grad(1);
     const bool need_w = needs(ctx, ew), need_b = needs(ctx, eb);
     torch::autograd::variable_list out(8);
@@ -567,22 +599,13 @@ std::tuple<at::Tensor, at::Tensor> add_norm_autograd(const at::Tensor &x, const 
 
 // The eager entry's add & norm node (as NormBackward): edges x, residual,
 // weight, bias; outputs y (0) and the sum (1), the sum saved as an output.
-struct AddNormBackward final : public torch::autograd::Node {
-  torch::autograd::SavedVariable sum_, mean_, rstd_, weight_, bias_;
-  int64_t mode = 0, axis = 0, flags = 0;
-  double eps = 0;
-
+struct AddNormBackward final : public NormNode {
   std::string name() const override { return "fusednorm::AddNormBackward"; }
-
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto *v : {&sum_, &mean_, &rstd_, &weight_, &bias_}) v->reset_data();
-  }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     torch::autograd::variable_list out(4);
-    const at::Tensor s = sum_.unpack(shared_from_this()), mean = mean_.unpack(), rstd = rstd_.unpack();
+    const at::Tensor s = in_.unpack(shared_from_this()), mean = mean_.unpack(), rstd = rstd_.unpack();
     const at::Tensor w = weight_.unpack(), b = bias_.unpack();
     const bool need_s = task_should_compute_output(0) || task_should_compute_output(1);
     const bool need_w = w.defined() && task_should_compute_output(2);
@@ -637,17 +660,8 @@ py::object add_norm_eager(py::handle xo, py::handle ro, py::handle wo, py::handl
       !x.is_contiguous() || !r.is_contiguous())
     return py::none();
   if (mode == FNORM_NORM_LAYERNORM && at::autocast::is_autocast_enabled(c10::DeviceType::CUDA)) return py::none();
-  const int64_t cols = x.size(dim - 1), axis = dim - 1;
-  const c10::optional<at::Tensor> &p = w.has_value() ? w : b;
-  if (p.has_value()) {
-    auto pt = p->scalar_type();
-    if ((pt != x.scalar_type() && pt != at::kFloat) || (w.has_value() && b.has_value() && b->scalar_type() != pt))
-      return py::none();
-    for (auto *t : {&w, &b})
-      if (t->has_value() && ((*t)->device() != x.device() || (*t)->dim() != 1 || (*t)->size(0) != cols ||
-                             !(*t)->is_contiguous()))
-        return py::none();
-  }
+  const int64_t axis = dim - 1;
+  if (!params_fit(w, b, x, axis)) return py::none();
   if (torch::autograd::isFwGradDefined(x) || torch::autograd::isFwGradDefined(r) ||
       torch::autograd::isFwGradDefined(w) || torch::autograd::isFwGradDefined(b))
     return py::none();
@@ -661,15 +675,7 @@ py::object add_norm_eager(py::handle xo, py::handle ro, py::handle wo, py::handl
       node->set_next_edges(torch::autograd::collect_next_edges(x, r, w, b));
       torch::autograd::set_history(y, node);
       torch::autograd::set_history(sum, node);
-      node->sum_ = torch::autograd::SavedVariable(sum, true);
-      node->mean_ = torch::autograd::SavedVariable(mean, false);
-      node->rstd_ = torch::autograd::SavedVariable(rstd, false);
-      if (given(w)) node->weight_ = torch::autograd::SavedVariable(*w, false);
-      if (given(b)) node->bias_ = torch::autograd::SavedVariable(*b, false);
-      node->mode = mode;
-      node->axis = axis;
-      node->flags = flags;
-      node->eps = eps;
+      node->save(sum, true, mean, rstd, w, b, mode, axis, eps, flags);
     }
   }
   return py::make_tuple(py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y))),
