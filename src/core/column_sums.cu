@@ -46,16 +46,9 @@ cudaError_t launch(const float *dg, const float *db, int partials, int64_t cols,
 cudaError_t launch_column_sums(const float *part_a, const float *part_b,
                                int partials, int64_t cols, fnorm_dtype_t out_dtype, void *out_a,
                                void *out_b, cudaStream_t stream) {
-  switch (out_dtype) {
-    case FNORM_DTYPE_FLOAT32:
-      return launch<float>(part_a, part_b, partials, cols, out_a, out_b, stream);
-    case FNORM_DTYPE_FLOAT16:
-      return launch<__half>(part_a, part_b, partials, cols, out_a, out_b, stream);
-    case FNORM_DTYPE_BFLOAT16:
-      return launch<__nv_bfloat16>(part_a, part_b, partials, cols, out_a, out_b, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(out_dtype, [&](auto t) {
+    return launch<decltype(t)>(part_a, part_b, partials, cols, out_a, out_b, stream);
+  });
 }
 
 }  // namespace fnorm

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/arith.hpp"
+#include "fusednorm.h"
 
 namespace fnorm {
 
@@ -36,6 +37,21 @@ struct Convert<__nv_bfloat16> {
     return __float2bfloat16_rn(v);
   }
 };
+
+// Calls f with a value of the data type `dtype` names (float, __half,
+// __nv_bfloat16) and returns its status; cudaErrorInvalidValue for any other
+// dtype (the one-byte output dtypes, refused before a launch). The one
+// dtype switch of the host launchers: f is a generic lambda,
+// `[&](auto t) { return kernel_launch<decltype(t)>(...); }`.
+template <class F>
+cudaError_t with_data_type(fnorm_dtype_t dtype, F &&f) {
+  switch (dtype) {
+    case FNORM_DTYPE_FLOAT32: return f(float{});
+    case FNORM_DTYPE_FLOAT16: return f(__half{});
+    case FNORM_DTYPE_BFLOAT16: return f(__nv_bfloat16{});
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 // N elements moved as one access (16 bytes at most: LDG.128 / STG.128).
 template <typename T, int N>

@@ -488,51 +488,27 @@ int linear_colsum_splits(int64_t rows, int64_t cols, int sm_count) {
 cudaError_t launch_linear_fwd_epilogue(const LinearLaunch &l, fnorm_dtype_t dtype, LinearAct act, void *y,
                                        int64_t rows, int64_t cols, int64_t ldy, const void *bias, void *aux,
                                        cudaStream_t stream) {
-  switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return fwd_epilogue_t<float>(l, act, y, rows, cols, ldy, bias, aux, stream);
-    case FNORM_DTYPE_FLOAT16: return fwd_epilogue_t<__half>(l, act, y, rows, cols, ldy, bias, aux, stream);
-    case FNORM_DTYPE_BFLOAT16:
-      return fwd_epilogue_t<__nv_bfloat16>(l, act, y, rows, cols, ldy, bias, aux, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(dtype, [&](auto t) {
+    return fwd_epilogue_t<decltype(t)>(l, act, y, rows, cols, ldy, bias, aux, stream);
+  });
 }
 
 cudaError_t launch_linear_bwd_act(const LinearLaunch &l, bool flat, fnorm_dtype_t dtype, LinearAct act,
                                   const void *dy, int64_t lddy, const void *aux, void *dz, int64_t lddz,
                                   int64_t rows, int64_t cols, float *partial, cudaStream_t stream) {
-  switch (dtype) {
-    case FNORM_DTYPE_FLOAT32:
-      return bwd_act_t<float>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
-    case FNORM_DTYPE_FLOAT16:
-      return bwd_act_t<__half>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
-    case FNORM_DTYPE_BFLOAT16:
-      return bwd_act_t<__nv_bfloat16>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(dtype, [&](auto t) {
+    return bwd_act_t<decltype(t)>(l, flat, act, dy, lddy, aux, dz, lddz, rows, cols, partial, stream);
+  });
 }
 
 cudaError_t launch_linear_relu_mask(const LinearLaunch &l, fnorm_dtype_t dtype, const void *y, int64_t ldy,
                                     int64_t rows, int64_t cols, void *aux, cudaStream_t stream) {
-  switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return relu_mask<float>(l, y, ldy, rows, cols, aux, stream);
-    case FNORM_DTYPE_FLOAT16: return relu_mask<__half>(l, y, ldy, rows, cols, aux, stream);
-    case FNORM_DTYPE_BFLOAT16: return relu_mask<__nv_bfloat16>(l, y, ldy, rows, cols, aux, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(dtype, [&](auto t) { return relu_mask<decltype(t)>(l, y, ldy, rows, cols, aux, stream); });
 }
 
 cudaError_t launch_linear_gelu_pass(const LinearLaunch &l, fnorm_dtype_t dtype, const void *z, int64_t ldz, void *y,
                                     int64_t ldy, int64_t rows, int64_t cols, cudaStream_t stream) {
-  switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return gelu_pass<float>(l, z, ldz, y, ldy, rows, cols, stream);
-    case FNORM_DTYPE_FLOAT16: return gelu_pass<__half>(l, z, ldz, y, ldy, rows, cols, stream);
-    case FNORM_DTYPE_BFLOAT16: return gelu_pass<__nv_bfloat16>(l, z, ldz, y, ldy, rows, cols, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(dtype, [&](auto t) { return gelu_pass<decltype(t)>(l, z, ldz, y, ldy, rows, cols, stream); });
 }
 
 int linear_n1_splits(int64_t rows, int64_t cols, int sm_count) {
@@ -547,13 +523,7 @@ int linear_n1_splits(int64_t rows, int64_t cols, int sm_count) {
 
 cudaError_t launch_linear_bwd_n1(const LinearLaunch &pass, const LinearLaunch &finish, fnorm_dtype_t dtype,
                                  const LinearN1Args &args, cudaStream_t stream) {
-  switch (dtype) {
-    case FNORM_DTYPE_FLOAT32: return bwd_n1_t<float>(pass, finish, args, stream);
-    case FNORM_DTYPE_FLOAT16: return bwd_n1_t<__half>(pass, finish, args, stream);
-    case FNORM_DTYPE_BFLOAT16: return bwd_n1_t<__nv_bfloat16>(pass, finish, args, stream);
-    default: break;  // the one-byte output dtypes: refused below
-  }
-  return cudaErrorInvalidValue;
+  return with_data_type(dtype, [&](auto t) { return bwd_n1_t<decltype(t)>(pass, finish, args, stream); });
 }
 
 }  // namespace fnorm
