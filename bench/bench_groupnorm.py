@@ -19,7 +19,8 @@ a 1x4x128x128 latent to 1024x1024 in bf16, NCHW and channels-last, torch and
 convert(fuse=True), eager and (--vae-compile) compiled; plus (--unet) a
 UNet-style training step (diffusers ResnetBlock2D with a scale/shift time
 embedding, forward + backward).
-Writes OUT/rows_groupnorm.json and .md.
+Writes OUT/rows_groupnorm_torch.json and .md (bench/gn_rows.py writes
+rows_groupnorm, ours alone from bench/gn_time).
 Usage: bench_groupnorm.py --out DIR [--shapes all|issue] [--no-compile] [--vae] [--vae-compile] [--unet]
 """
 from __future__ import annotations
@@ -340,9 +341,9 @@ def main() -> int:
     def save():
         if errors:
             res["errors"] = errors
-        with open(os.path.join(args.out, "rows_groupnorm.json"), "w") as f:
+        with open(os.path.join(args.out, "rows_groupnorm_torch.json"), "w") as f:
             json.dump(res, f, indent=1)
-        with open(os.path.join(args.out, "rows_groupnorm.md"), "w") as f:
+        with open(os.path.join(args.out, "rows_groupnorm_torch.md"), "w") as f:
             f.write(markdown(res))
 
     t0 = time.time()
