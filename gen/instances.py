@@ -53,6 +53,7 @@ class Instance:
     pack: int
     tier: str
     npack: int = 0  # register tier only: packs held per thread
+    out: str = "same"  # norm_fwd: y in x's dtype ("same") or quantized one-byte codes ("codes")
 
     @property
     def ctype(self) -> str:
@@ -78,6 +79,8 @@ def procedural_name(inst: Instance) -> str:
         name += f"_{inst.tier}"
     if inst.tier in ("warp", "block", "rows"):
         name += f"_n{inst.npack}"
+    if inst.out != "same":
+        name += f"_{inst.out}"
     return name
 
 
@@ -110,16 +113,25 @@ def block_npacks(dtype: str, pack: int) -> list[int]:
     return [n for n in (1, 2, TARGET_NPACK, 2 * TARGET_NPACK) if n * pack <= WARP_MAX_ELEMS_PER_THREAD]
 
 
+# The forward's output axis: y in x's dtype, or one-byte quantized codes
+# (fnorm_norm_fwd_quant; the format, FP8 E4M3 / E5M2 or INT8, is the
+# store's runtime field). Each has its own dispatch table; a quantized plan
+# is the plain plan's kernel geometry with the codes instance of the same
+# (dtype, pack, tier, npack), so that v is bit for bit the plain forward's.
+NORM_FWD_OUTS = ("same", "codes")
+
+
 def norm_fwd_instances(dtypes) -> list[Instance]:
     out = []
     for dt in dtypes:
         for pack in packs_for(dt):
-            for n in warp_npacks(dt, pack):
-                out.append(Instance("norm_fwd", dt, pack, "warp", n))
-            for n in block_npacks(dt, pack):
-                out.append(Instance("norm_fwd", dt, pack, "block", n))
-            out.append(Instance("norm_fwd", dt, pack, "smem"))
-            out.append(Instance("norm_fwd", dt, pack, "uncached"))
+            for o in NORM_FWD_OUTS:
+                for n in warp_npacks(dt, pack):
+                    out.append(Instance("norm_fwd", dt, pack, "warp", n, o))
+                for n in block_npacks(dt, pack):
+                    out.append(Instance("norm_fwd", dt, pack, "block", n, o))
+                out.append(Instance("norm_fwd", dt, pack, "smem", 0, o))
+                out.append(Instance("norm_fwd", dt, pack, "uncached", 0, o))
     return out
 
 

@@ -17,15 +17,13 @@ void NormFwd::launch(const NormFwdPlan &plan, const NormProblem &pb, const NormF
   p.beta = a.beta;
   p.mean = a.mean;
   p.rstd = a.rstd;
-  if (!pb.quantized()) {
-    check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
-    return;
+  if (pb.quantized()) {  // the plan's instance writes codes
+    p.quant_scale = a.scale;
+    p.amax = a.amax;
+    // The blocks combine amax with atomicMax from zero.
+    if (a.amax != nullptr) check_cuda(cudaMemsetAsync(a.amax, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
   }
-  p.quant_scale = a.scale;
-  p.amax = a.amax;
-  // The blocks combine amax with atomicMax from zero.
-  if (a.amax != nullptr) check_cuda(cudaMemsetAsync(a.amax, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
-  check_cuda(plan.instance->launch_quant(p, plan.shape, stream), plan.instance->name);
+  check_cuda(plan.instance->launch(p, plan.shape, stream), plan.instance->name);
 }
 
 // The largest magnitude of no values: 0.

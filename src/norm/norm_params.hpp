@@ -47,7 +47,7 @@ struct NormFwdParams {
   // groups) per row, the hardware starting the next block on an SM as soon
   // as one retires.
   bool grid_per_row = false;
-  // Quantized output (the instances' launch_quant only): y holds one-byte
+  // Quantized output (the codes instances only): y holds one-byte
   // codes of `quant`, y_row_stride counts them. quant_scale: per tensor, the
   // scale read; per token, the rows scales written. amax: optional, one fp32
   // zeroed before the launch. The rules: api/fusednorm.h, fnorm_norm_fwd_quant.
@@ -127,10 +127,6 @@ struct NormFwdInstance {
   int npack;
   NormFwdShapeFn shape;
   NormFwdLaunchFn launch;
-  // The same kernel writing y as quantized codes (fnorm_norm_fwd_quant):
-  // its shape is `shape`'s (norm_fwd.cuh: shape_norm_fwd_quant).
-  NormFwdShapeFn quant_shape;
-  NormFwdLaunchFn launch_quant;
   const char *name;
 };
 
@@ -145,8 +141,13 @@ struct NormBwdInstance {
 };
 
 // The generated dispatch tables (build directory: dispatch_table.cpp).
+// The forward's two tables, one per output (gen/instances.py NORM_FWD_OUTS):
+// y in x's dtype, and y as quantized codes (their shape is the plain
+// instance's: norm_fwd.cuh, shape_norm_fwd_quant).
 extern const NormFwdInstance kNormFwdInstances[];
 extern const size_t kNormFwdInstanceCount;
+extern const NormFwdInstance kNormFwdCodesInstances[];
+extern const size_t kNormFwdCodesInstanceCount;
 extern const NormBwdInstance kNormBwdInstances[];
 extern const size_t kNormBwdInstanceCount;
 

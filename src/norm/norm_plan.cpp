@@ -419,9 +419,16 @@ NormFwdPlan NormFwd::plan(fnorm_handle *h, const NormProblem &pb, const NormPtrs
   NormFwdPlan plan = plan_norm_fwd(pb, ptrs.pack, ctx, pb.rms(), pb.has(kNormResidual));
   apply_fwd_tuning(pb, ptrs.pack, ctx.dev, h->tuning.norm_fwd, plan);
   // A quantized output (the problem's out_dtype keeps its plans apart in
-  // the cache) launches the instance's twin, with the plain kernel's shape.
-  const NormFwdShapeFn shape = pb.quantized() ? plan.instance->quant_shape : plan.instance->shape;
-  check_cuda(shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
+  // the cache) runs the codes instance of the plain plan's kernel, with the
+  // plain kernel's shape.
+  if (pb.quantized()) {
+    const NormFwdInstance &plain = *plan.instance;
+    plan.instance = fewest_npack(kNormFwdCodesInstances, kNormFwdCodesInstanceCount, plain.dtype, plain.pack,
+                                 plain.tier, [&](int k) { return k == plain.npack; });
+    FNORM_REQUIRE(plan.instance != nullptr, FNORM_STATUS_NOT_SUPPORTED_BUILD,
+                  "no quantized-output kernel beside %s in this build", plain.name);
+  }
+  check_cuda(plan.instance->shape(norm_fwd_params(pb, plan), ctx, &plan.shape), plan.instance->name);
   if (plan.shape.blocks_per_sm == 0) check_cuda(cudaErrorInvalidConfiguration, plan.instance->name);
   return plan;
 }

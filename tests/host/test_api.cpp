@@ -630,13 +630,21 @@ void test_dispatch_table() {
     CHECK((e.tier == fnorm::Tier::ColumnTiled) == (e.npack == 0));
     CHECK(std::string(e.name).find("norm_bwd_") == 0);
   }
+  // The codes table pairs each plain instance with one of the same
+  // (dtype, pack, tier, npack) in the same order: a quantized plan is the
+  // plain plan's kernel writing codes.
+  CHECK(fnorm::kNormFwdCodesInstanceCount == fnorm::kNormFwdInstanceCount);
   for (size_t i = 0; i < fnorm::kNormFwdInstanceCount; ++i) {
     const fnorm::NormFwdInstance &e = fnorm::kNormFwdInstances[i];
-    CHECK(e.launch != nullptr && e.shape != nullptr && e.launch_quant != nullptr && e.quant_shape != nullptr);
+    const fnorm::NormFwdInstance &q = fnorm::kNormFwdCodesInstances[i];
+    CHECK(e.launch != nullptr && e.shape != nullptr && q.launch != nullptr && q.shape != nullptr);
     CHECK(e.pack >= 1 && e.pack * static_cast<int>(fnorm::dtype_size(e.dtype)) <= 16);
     CHECK((e.tier == fnorm::Tier::Warp || e.tier == fnorm::Tier::BlockRegisters) == (e.npack > 0));
+    CHECK(q.dtype == e.dtype && q.pack == e.pack && q.tier == e.tier && q.npack == e.npack);
+    CHECK(e.launch != q.launch && e.shape != q.shape);
     const std::string name = e.name;
     CHECK(name.find("_p" + std::to_string(e.pack) + "_") != std::string::npos);
+    CHECK(std::string(q.name) == name + "_codes");
     if (i > 0) CHECK(std::strcmp(fnorm::kNormFwdInstances[i - 1].name, e.name) != 0);
   }
 }

@@ -60,6 +60,7 @@ class InstanceListTest(unittest.TestCase):
                 fwd = [i for i in insts if i.op == "norm_fwd" and i.dtype == dt and i.pack == pack]
                 bwd = [i for i in insts if i.op == "norm_bwd" and i.dtype == dt and i.pack == pack]
                 self.assertEqual({i.tier for i in fwd}, set(instances.TIERS), (dt, pack))
+                self.assertEqual({i.out for i in fwd}, set(instances.NORM_FWD_OUTS), (dt, pack))
                 wide = pack * instances.DTYPES[dt][2] == instances.MAX_PACK_BYTES
                 self.assertEqual({i.tier for i in bwd},
                                  set(instances.BWD_TIERS) | (set(instances.BWD_WIDE_TIERS) if wide else set()),
@@ -113,14 +114,23 @@ class RenderTest(unittest.TestCase):
             table = open(os.path.join(d, "dispatch_table.cpp")).read()
             self.assertIn(generate.BANNER, table)
             insts = [i for i in instances.all_instances(["f16"]) if i.op == "norm_fwd"]
-            for idx, i in enumerate(insts):
-                self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, gen::{i.name}_quant_shape, gen::{i.name}_quant, \"{i.name}\"}}", table)
+            # One table per output, each sorted, the codes table the plain
+            # one's twin row for row (the runtime pairs them by geometry).
+            for out, name in (("same", "kNormFwdInstances"), ("codes", "kNormFwdCodesInstances")):
+                rows = [i for i in insts if i.out == out]
+                body = table[table.index(f"const NormFwdInstance {name}[]"):]
+                body = body[:body.index("};")]
+                for idx, i in enumerate(rows):
+                    self.assertIn(f"/* {idx} */ {{FNORM_DTYPE_FLOAT16, {i.pack}, {i.tier_enum}, {i.npack}, gen::{i.name}_shape, gen::{i.name}, \"{i.name}\"}}", body)
+                self.assertEqual(body.count("gen::"), 2 * len(rows))
+            same = [(i.pack, i.tier, i.npack) for i in insts if i.out == "same"]
+            self.assertEqual(same, [(i.pack, i.tier, i.npack) for i in insts if i.out == "codes"])
             cu = open(os.path.join(d, "norm_fwd_f16.cu")).read()
-            # Every instance twice: y in x's dtype, and y quantized.
-            self.assertEqual(cu.count("launch_norm_fwd<__half,"), 2 * len(insts))
-            self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(insts))
-            self.assertEqual(cu.count("shape_norm_fwd_quant<__half,"), len(insts))
-            self.assertEqual(cu.count(", true>(p, s, stream)"), len(insts))
+            # Every geometry twice: y in x's dtype, and y quantized.
+            self.assertEqual(cu.count("launch_norm_fwd<__half,"), len(insts))
+            self.assertEqual(cu.count("shape_norm_fwd<__half,"), len(same))
+            self.assertEqual(cu.count("shape_norm_fwd_quant<__half,"), len(same))
+            self.assertEqual(cu.count(", true>(p, s, stream)"), len(same))
             bwd = [i for i in instances.all_instances(["f16"]) if i.op == "norm_bwd"]
             cu = open(os.path.join(d, "norm_bwd_f16.cu")).read()
             self.assertEqual(cu.count("launch_norm_bwd<__half,"), len(bwd))
