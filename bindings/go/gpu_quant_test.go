@@ -111,8 +111,8 @@ func TestGPUNormQuant(t *testing.T) {
 					beta.upload(t, randn(rng, cols, 0, 0.5))
 					y := alloc(t, fusednorm.Float32, n, sh.off)
 					fa := &fusednorm.NormFwd{Norm: nd, XDesc: xd, X: x.Ptr, WDesc: wd, Gamma: gamma.Ptr, YDesc: xd, Y: y.Ptr}
-					qa := &fusednorm.NormFwdQuant{Norm: nd, XDesc: xd, X: x.Ptr, WDesc: wd, Gamma: gamma.Ptr, YDesc: qd,
-						Scaling: q.scaling}
+					qa := &fusednorm.NormFwdQuant{NormFwd: *fa, Scaling: q.scaling}
+					qa.YDesc = qd
 					if mode == fusednorm.LayerNorm {
 						fa.Beta, qa.Beta = beta.Ptr, beta.Ptr
 					}

@@ -176,26 +176,15 @@ func (h *Handle) NormFwdQuantScaleSize(norm *NormDesc, x *TensorDesc, scaling Qu
 		})
 }
 
-// NormFwdQuant holds the arguments of fnorm_norm_fwd_quant: NormFwd's, Y
-// described in Float8E4M3, Float8E5M2 or Int8, then the scaling, Scale (read
+// NormFwdQuant holds the arguments of fnorm_norm_fwd_quant: NormFwd's (its
+// YDesc in Float8E4M3, Float8E5M2 or Int8), then the scaling, Scale (read
 // per tensor, written per token) and the optional Amax (one fp32: the
 // largest |value| before scaling). Rounding, saturation and NaN: the header.
 type NormFwdQuant struct {
-	Norm         *NormDesc
-	XDesc        *TensorDesc
-	X            DevicePtr
-	Residual     DevicePtr // optional: s = x + residual is normalized
-	Sum          DevicePtr // optional (with Residual): s written here
-	WDesc        *TensorDesc
-	Gamma, Beta  DevicePtr // optional (1 and 0); RMSNorm takes no Beta
-	YDesc        *TensorDesc
-	Y            DevicePtr
-	Scaling      QuantScaling
-	Scale        DevicePtr // fp32: one (per tensor, read) or one per row (per token, written)
-	Amax         DevicePtr // optional fp32 output
-	Mean, Rstd   DevicePtr // optional fp32 outputs, one per row
-	Workspace    DevicePtr
-	WorkspaceLen uint64 // bytes at Workspace
+	NormFwd
+	Scaling QuantScaling
+	Scale   DevicePtr // fp32: one (per tensor, read) or one per row (per token, written)
+	Amax    DevicePtr // optional fp32 output
 }
 
 // NormFwdQuant enqueues a LayerNorm / RMSNorm forward writing y quantized

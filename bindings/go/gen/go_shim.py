@@ -80,7 +80,9 @@ def render(funcs):
         gname = "gofn_" + name[len("fnorm_"):]
         head = f"fnorm_status_t {gname}("
         sig = wrap(head, go_params, ")", len(head))
-        decls.append(sig + ";")
+        # The prototype on one line: the definition below carries the
+        # wrapped layout, and the two files do not repeat each other.
+        decls.append(head + ", ".join(go_params) + ");")
         call_head = f"  return gofn_ret({name}("
         call = wrap(call_head, call_args, "), msg);", len(call_head))
         defs.append(f"{sig} {{\n{call}\n}}")
