@@ -37,4 +37,13 @@ func TestQuantDTypes(t *testing.T) {
 	if err := h.NormFwdQuant(0, nil); !errors.Is(err, ErrBadParam) {
 		t.Errorf("nil arguments: %v", err)
 	}
+	// NormFwdQuant embeds NormFwd: its fields are NormFwd's, promoted, and
+	// the call reaches the same argument checks (a nil handle here).
+	a := &NormFwdQuant{NormFwd: NormFwd{X: 256, WorkspaceLen: 64}, Scaling: QuantPerToken}
+	if a.X != 256 || a.WorkspaceLen != 64 || a.NormFwd.X != a.X {
+		t.Errorf("promoted fields: %+v", a)
+	}
+	if err := h.NormFwdQuant(0, a); !errors.Is(err, ErrBadParam) {
+		t.Errorf("nil handle with arguments: %v", err)
+	}
 }
