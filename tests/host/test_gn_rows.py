@@ -11,15 +11,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+from checks import ROOT, check, finish  # tests/host/checks.py
+
 ROWS = os.path.join(ROOT, "bench", "gn_rows.py")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + what)
-    failures += 0 if cond else 1
 
 
 def printout(device, cells):
@@ -70,4 +64,4 @@ with tempfile.TemporaryDirectory() as d:
     r = run(d, files["p1"])
     check(r.returncode != 0 and "SCHEDULE=FILE" in r.stderr, "an input without SCHEDULE= refused")
 
-sys.exit(1 if failures else 0)
+finish("gn_rows")

@@ -15,21 +15,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from checks import ROOT, check, finish  # tests/host/checks.py
+
 PROBE = os.path.join(ROOT, "scripts", "gpu-probe")
 DRIVER_FAIL = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                "Make sure that the latest NVIDIA driver is installed and running.")
 H100_L = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)"
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + what)
-    failures += 0 if cond else 1
 
 
 def stub(d, name, query_out, list_out, rc=0):
@@ -135,5 +128,4 @@ for top in ("scripts", ".ci", "tests", "bindings", "bench"):
                 offenders.append(os.path.relpath(p, ROOT))
 check(not offenders, "no `$(nvidia-smi ...)` outside scripts/gpu-probe" + (f": {offenders}" if offenders else ""))
 
-print(f"gpu-probe: {failures} failure(s)")
-sys.exit(1 if failures else 0)
+finish("gpu-probe")

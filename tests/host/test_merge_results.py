@@ -12,15 +12,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+from checks import ROOT, check, finish  # tests/host/checks.py
+
 MERGE = os.path.join(ROOT, "bench", "merge_results.py")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + what)
-    failures += 0 if cond else 1
 
 
 def write(d, name, obj, md):
@@ -76,5 +70,4 @@ with tempfile.TemporaryDirectory() as d:
     r = merge(d)
     check(r.returncode != 0 and "h200" in r.stderr, "a part from another GPU is refused")
 
-print(f"merge_results: {failures} failed")
-sys.exit(1 if failures else 0)
+finish("merge_results")
