@@ -42,8 +42,9 @@ if nvidia-smi -L 2>/dev/null | grep -q GPU && grep -q -- "^--- SKIP: TestGPU" "$
   rc=1
 fi
 echo "go test (package half): $(tail -1 "$tmp/half.log")"
+# The demo (examples/demo), one process a part.
 for ex in layernorm batchnorm; do
-  if "$bin/example-$ex" > "$tmp/example-$ex.log" 2>&1; then
+  if "$bin/example-demo" "$ex" > "$tmp/example-$ex.log" 2>&1; then
     echo "example $ex: OK: $(tail -1 "$tmp/example-$ex.log")"
   else
     echo "example $ex: FAILED: $(tail -3 "$tmp/example-$ex.log")"

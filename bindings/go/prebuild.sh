@@ -22,8 +22,7 @@ go vet ./...
 # -s -w: no symbol tables (the carried tree is limited to 64 MiB).
 go test -c -ldflags='-s -w' -o "$out/fusednorm.test" .
 go test -c -ldflags='-s -w' -o "$out/half.test" ./half
-go build -ldflags='-s -w' -o "$out/example-layernorm" ./examples/layernorm
-go build -ldflags='-s -w' -o "$out/example-batchnorm" ./examples/batchnorm
+go build -ldflags='-s -w' -o "$out/example-demo" ./examples/demo
 go version > "$out/BUILT_WITH"
 git -C "$root" rev-parse HEAD >> "$out/BUILT_WITH"
 ls -la "$out"

@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// BatchNorm + Add + ReLU (ResNet's residual join) forward and backward
-// through the Go binding, fp16 channels-last, with the 1-bit ReLU mask kept
-// in the reserve space between the two, checked against a float64
-// reference. Exits non-zero on a mismatch, or without a GPU (saying so).
 package main
 
 import (
@@ -18,39 +14,27 @@ import (
 	"github.com/libfusednorm/libfusednorm/bindings/go/half"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "batchnorm example:", err)
-		os.Exit(1)
-	}
-}
-
 const N, C, H, W = 4, 24, 9, 9
 
 // NHWC offset of logical (n, c, p), p = h*W + w.
 func at(n, c, p int) int { return (n*H*W+p)*C + c }
 
-func run() error {
-	if err := devmem.Available(); err != nil {
-		return fmt.Errorf("needs a CUDA GPU: %w", err)
-	}
-	h, err := fusednorm.NewHandle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+// BatchNorm + Add + ReLU (ResNet's residual join) forward and backward, fp16
+// channels-last, with the 1-bit ReLU mask kept in the reserve space between
+// the two, checked against a float64 reference.
+func batchNormAddReLU(h *fusednorm.Handle) (string, error) {
 	const total, eps = N * C * H * W, 1e-5
 	m := float64(N * H * W)
 
 	// Sizes are [N, C, H, W] whatever the layout; the strides say NHWC.
 	x, err := fusednorm.NewTensor(fusednorm.Float16, []int64{N, C, H, W}, []int64{H * W * C, 1, W * C, C})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer x.Close()
 	bn, err := fusednorm.NewBatchNorm(fusednorm.BNEpilogueAddReLU, eps, fusednorm.BNAverageExponential, 0.1)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer bn.Close()
 
@@ -63,17 +47,10 @@ func run() error {
 		}
 		return b, v
 	}
-	f32 := func(n int, mean, std float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(mean + std*rng.NormFloat64())
-		}
-		return v
-	}
 	xb, xv := f16(total, 2, 3)
 	zb, zv := f16(total, 0, 1)
 	dyb, dyv := f16(total, 0, 1)
-	gamma, beta := f32(C, 1, 0.2), f32(C, 0.1, 0.2)
+	gamma, beta := normals(rng, C, 1, 0.2), normals(rng, C, 0.1, 0.2)
 
 	var bufs []fusednorm.DevicePtr
 	defer func() {
@@ -96,7 +73,7 @@ func run() error {
 	bws, e2 := h.BatchNormBwdWorkspaceSize(bn, x)
 	rs, e3 := h.BatchNormReserveSpaceSize(bn, x)
 	if err := errors.Join(e1, e2, e3); err != nil {
-		return err
+		return "", err
 	}
 	dX, e1 := mk(total * 2)
 	dZ, e2 := mk(total * 2)
@@ -116,27 +93,27 @@ func run() error {
 	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15,
 		devmem.Upload(dX, xb), devmem.Upload(dZ, zb), devmem.Upload(dDY, dyb),
 		devmem.Upload(dG, gamma), devmem.Upload(dB, beta)); err != nil {
-		return err
+		return "", err
 	}
 
 	if err := h.BatchNormFwdTrain(0, &fusednorm.BatchNormFwdTrain{BN: bn, XDesc: x, X: dX, Z: dZ,
 		Gamma: dG, Beta: dB, YDesc: x, Y: dY, SavedMean: dMean, SavedInvstd: dInv,
 		Workspace: fw, WorkspaceLen: fws, Reserve: res, ReserveLen: rs}); err != nil {
-		return err
+		return "", err
 	}
 	if err := h.BatchNormBwd(0, &fusednorm.BatchNormBwd{BN: bn, XDesc: x, X: dX, DYDesc: x, DY: dDY,
 		Gamma: dG, SavedMean: dMean, SavedInvstd: dInv, Reserve: res, ReserveLen: rs,
 		DXDesc: x, DX: dDX, DZ: dDZ, DGamma: dDG, DBeta: dDB, Workspace: bw, WorkspaceLen: bws}); err != nil {
-		return err
+		return "", err
 	}
 	if err := devmem.Synchronize(); err != nil {
-		return err
+		return "", err
 	}
 	yb, dxb, dzb := make([]uint16, total), make([]uint16, total), make([]uint16, total)
 	dg, db := make([]float32, C), make([]float32, C)
 	if err := errors.Join(devmem.Download(yb, dY), devmem.Download(dxb, dDX), devmem.Download(dzb, dDZ),
 		devmem.Download(dg, dDG), devmem.Download(db, dDB)); err != nil {
-		return err
+		return "", err
 	}
 
 	// float64 reference and comparison (fp16 outputs: 2e-3 of the scale).
@@ -194,9 +171,8 @@ func run() error {
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d values differ from the float64 reference", bad)
+		return "", fmt.Errorf("%d values differ from the float64 reference", bad)
 	}
-	fmt.Printf("batchnorm example: BN+Add+ReLU fp16 NHWC [%d, %d, %d, %d] forward + backward (reserve space %d bytes) match the float64 reference\n",
-		N, C, H, W, rs)
-	return nil
+	return fmt.Sprintf("batchnorm: BN+Add+ReLU fp16 NHWC [%d, %d, %d, %d] forward + backward (reserve space %d bytes) match the float64 reference",
+		N, C, H, W, rs), nil
 }

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// LayerNorm forward and backward through the Go binding, checked against a
-// float64 reference on the host. Exits non-zero on a mismatch, or without a
-// GPU (saying so).
 package main
 
 import (
@@ -10,55 +7,33 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 
 	"github.com/libfusednorm/libfusednorm/bindings/go"
 	"github.com/libfusednorm/libfusednorm/bindings/go/devmem"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "layernorm example:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	if err := devmem.Available(); err != nil {
-		return fmt.Errorf("needs a CUDA GPU: %w", err)
-	}
-	h, err := fusednorm.NewHandle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+// LayerNorm forward and backward, fp32, checked against a float64 reference.
+func layerNorm(h *fusednorm.Handle) (string, error) {
 
 	const rows, cols, eps = 64, 768, 1e-5
 	x, err := fusednorm.NewTensor(fusednorm.Float32, []int64{rows, cols}, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer x.Close()
 	w, err := fusednorm.NewTensor(fusednorm.Float32, []int64{cols}, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer w.Close()
 	norm, err := fusednorm.NewNorm(fusednorm.LayerNorm, -1, eps)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer norm.Close()
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	host := func(n int, mean, std float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(mean + std*rng.NormFloat64())
-		}
-		return v
-	}
-	xh, gh, bh, dyh := host(rows*cols, 3, 2), host(cols, 1, 0.2), host(cols, 0, 0.2), host(rows*cols, 0, 1)
+	xh, gh, bh, dyh := normals(rng, rows*cols, 3, 2), normals(rng, cols, 1, 0.2), normals(rng, cols, 0, 0.2), normals(rng, rows*cols, 0, 1)
 
 	// Device buffers: inputs, outputs, saved statistics.
 	var bufs []fusednorm.DevicePtr
@@ -89,32 +64,32 @@ func run() error {
 	dDG, e9 := mk(cols, nil)
 	dDB, e10 := mk(cols, nil)
 	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10); err != nil {
-		return err
+		return "", err
 	}
 
 	fws, err := h.NormFwdWorkspaceSize(norm, x, x)
 	if err != nil {
-		return err
+		return "", err
 	}
 	bws, err := h.NormBwdWorkspaceSize(norm, x, w)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ws, err := mk(max(fws, bws)/4+1, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := h.NormFwd(0, &fusednorm.NormFwd{Norm: norm, XDesc: x, X: dX, WDesc: w, Gamma: dG, Beta: dB,
 		YDesc: x, Y: dY, Mean: dMean, Rstd: dRstd, Workspace: ws, WorkspaceLen: fws}); err != nil {
-		return err
+		return "", err
 	}
 	if err := h.NormBwd(0, &fusednorm.NormBwd{Norm: norm, XDesc: x, X: dX, DYDesc: x, DY: dDY,
 		Mean: dMean, Rstd: dRstd, WDesc: w, Gamma: dG, DXDesc: x, DX: dDX, DGamma: dDG, DBeta: dDB,
 		Workspace: ws, WorkspaceLen: bws}); err != nil {
-		return err
+		return "", err
 	}
 	if err := devmem.Synchronize(); err != nil {
-		return err
+		return "", err
 	}
 	y, dx, dg, db := make([]float32, rows*cols), make([]float32, rows*cols), make([]float32, cols), make([]float32, cols)
 	for _, c := range []struct {
@@ -122,7 +97,7 @@ func run() error {
 		src fusednorm.DevicePtr
 	}{{y, dY}, {dx, dDX}, {dg, dDG}, {db, dDB}} {
 		if err := devmem.Download(c.dst, c.src); err != nil {
-			return err
+			return "", err
 		}
 	}
 
@@ -167,10 +142,9 @@ func run() error {
 		return nil
 	}
 	if err := errors.Join(check("y", y, yr), check("dx", dx, dxr), check("dgamma", dg, dgr), check("dbeta", db, dbr)); err != nil {
-		return err
+		return "", err
 	}
 	dev, _ := h.Device()
-	fmt.Printf("layernorm example: fp32 [%d, %d] forward + backward on device %d match the float64 reference (max abs error %.2g)\n",
-		rows, cols, dev, worst)
-	return nil
+	return fmt.Sprintf("layernorm: fp32 [%d, %d] forward + backward on device %d match the float64 reference (max abs error %.2g)",
+		rows, cols, dev, worst), nil
 }
