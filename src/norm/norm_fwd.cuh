@@ -143,8 +143,7 @@ __global__ void __launch_bounds__(kWarpTierBlock)
 // NPACK * PACK <= 32 values per thread stay within 64 registers.
 // Assumptions: blockDim.x is a multiple of 32; p.cols <= blockDim.x * NPACK * PACK.
 template <typename T, int PACK, int NPACK, class Load, class Store>
-__global__ void __launch_bounds__(1024)
-    norm_fwd_block_kernel(NormFwdParams p, Load load, Store store) {
+__device__ __forceinline__ void norm_fwd_block_rows(const NormFwdParams &p, const Load &load, const Store &store) {
   __shared__ float scratch[32];
   unsigned amax = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -152,6 +151,35 @@ __global__ void __launch_bounds__(1024)
                                                         static_cast<int>(blockDim.x), BlockReduce{scratch}));
   }
   flush_amax(store, amax);
+}
+
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(1024)
+    norm_fwd_block_kernel(NormFwdParams p, Load load, Store store) {
+  norm_fwd_block_rows<T, PACK, NPACK>(p, load, store);
+}
+
+// The same for blocks of at most kCappedBlock threads, whose launch bounds
+// (2 such blocks an SM) hold two 16-byte packs a thread to 40 registers
+// without spilling (ptxas, sm_90, bf16: 50 -> 40): an SM then holds 6 blocks
+// of 256 threads instead of 4, 3 of 512 instead of 2, more rows' loads in
+// flight (bench/NOTES.md session 20).
+constexpr int kCappedBlock = 768;
+template <typename T, int PACK, int NPACK, class Load, class Store>
+__global__ void __launch_bounds__(kCappedBlock, 2)
+    norm_fwd_block_kernel_capped(NormFwdParams p, Load load, Store store) {
+  norm_fwd_block_rows<T, PACK, NPACK>(p, load, store);
+}
+
+// The block-register kernel an instance runs at `threads` a block: the
+// capped one for two 16-byte packs a thread where the block fits its bounds
+// (not the quantized twin: its stores need more registers, 12 bytes spilled).
+template <typename T, int PACK, int NPACK, class Load, class Store>
+auto block_kernel_for(int threads) {
+  if constexpr (!Store::kQuant && NPACK == 2 && PACK * sizeof(T) == 16) {
+    if (threads <= kCappedBlock) return norm_fwd_block_kernel_capped<T, PACK, NPACK, Load, Store>;
+  }
+  return norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
 }
 
 // Assumptions: dynamic shared memory holds p.cols elements of T (16-byte
@@ -334,7 +362,7 @@ cudaError_t shape_norm_fwd(const NormFwdParams &p, const DeviceContext &ctx, Lau
   } else if constexpr (TIER == Tier::BlockRegisters) {
     static_assert(NPACK * PACK <= kWarpMaxElemsPerThread,
                   "more than 32 values per thread would spill at 1024 threads");
-    auto kernel = norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>;
+    auto kernel = block_kernel_for<T, PACK, NPACK, Load, Store>(p.block_threads);
     int occ = 0;
     cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel),
                                        p.block_threads, 0, &occ);
@@ -369,7 +397,7 @@ cudaError_t shape_norm_fwd_quant(const NormFwdParams &p, const DeviceContext &ct
   if constexpr (TIER == Tier::Warp) {
     kernel = reinterpret_cast<const void *>(norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store>);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    kernel = reinterpret_cast<const void *>(norm_fwd_block_kernel<T, PACK, NPACK, Load, Store>);
+    kernel = reinterpret_cast<const void *>(block_kernel_for<T, PACK, NPACK, Load, Store>(s->block));
   } else {
     kernel = TIER == Tier::BlockSmem ? reinterpret_cast<const void *>(norm_fwd_smem_kernel<T, PACK, Load, Store>)
                                      : reinterpret_cast<const void *>(norm_fwd_uncached_kernel<T, PACK, Load, Store>);
@@ -402,7 +430,7 @@ cudaError_t launch_norm_fwd(const NormFwdParams &p, const LaunchShape &s, cudaSt
   if constexpr (TIER == Tier::Warp) {
     norm_fwd_warp_kernel<T, PACK, NPACK, Load, Store><<<grid, kWarpTierBlock, 0, stream>>>(p, load, store);
   } else if constexpr (TIER == Tier::BlockRegisters) {
-    norm_fwd_block_kernel<T, PACK, NPACK, Load, Store><<<grid, s.block, 0, stream>>>(p, load, store);
+    block_kernel_for<T, PACK, NPACK, Load, Store>(s.block)<<<grid, s.block, 0, stream>>>(p, load, store);
   } else {
     auto kernel = TIER == Tier::BlockSmem ? norm_fwd_smem_kernel<T, PACK, Load, Store>
                                           : norm_fwd_uncached_kernel<T, PACK, Load, Store>;

@@ -102,6 +102,32 @@ void hand_off_to_smem(const NormProblem &view, const DeviceContext &ctx, NormFwd
   if (fwd_occupancy(*cached, view, alt, ctx) >= 2) plan = alt;
 }
 
+// Rows of 257 to 1024 16-byte packs (RMSNorm; LayerNorm to 512: bf16 / fp16
+// 4 K - 8 K columns, 4 K) with two waves of rows or more: blocks of two packs
+// a thread, which run the register-capped kernel (norm_fwd.cuh: 40
+// registers, 6 blocks of 256 per SM, where four packs a thread in blocks of
+// 128 keep 8 of 62 registers: 1024 threads), a block per row. H100, one
+// process (ab_norm, bench/NOTES.md session 20), against four packs a thread,
+// bf16 unless named: RMSNorm 2048 x 4096 16.3 -> 15.7 us, 4096 x 4096
+// 28.6 -> 27.7, 2048 x 8192 28.9 -> 28.0, 8192 x 8192 level; LayerNorm
+// 2048 x 4096 16.9 -> 16.5, 4096 x 4096 29.9 -> 28.6, fp16 30.8 -> 29.1,
+// fp32 4096 x 2048 29.5 -> 28.5, add & norm 4096 x 4096 56.0 -> 53.9. Not
+// LayerNorm at 8 K columns (4096 and 8192 rows 0.8% and 2.4% slower in two
+// runs), nor fewer rows: the second wave runs part empty (1024 x 4096, 1.3
+// waves, lost 6-9%).
+bool plan_two_pack_blocks(const NormProblem &view, const DeviceContext &ctx, NormFwdPlan &plan) {
+  NormFwdPlan alt;
+  alt.pack = plan.pack;
+  if (!plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
+                       [](Tier, int n, int64_t) { return n == 2; }, alt))
+    return false;
+  const int occ = fwd_occupancy(*alt.instance, view, alt, ctx);
+  if (occ == 0 || view.rows < 2 * int64_t{ctx.dev.sm_count} * occ) return false;
+  alt.grid_per_row = true;
+  plan = alt;
+  return true;
+}
+
 }  // namespace
 
 // The block-register tier's grid. One wave of resident blocks striding over
@@ -143,6 +169,8 @@ NormFwdPlan plan_norm_fwd(const NormProblem &view, int pack, const DeviceContext
   bool block = rms && packs >= 128 && packs <= 256 && wide &&
                plan_block_tier(kNormFwdInstances, kNormFwdInstanceCount, view, 1, 1024,
                                [](Tier, int n, int64_t) { return n == 1; }, plan);
+  if (!block && wide && packs > 256 && packs <= (rms ? 1024 : 512) && ctx.occupancy != nullptr)
+    block = plan_two_pack_blocks(view, ctx, plan);
   // LayerNorm rows of 128 or more 16-byte packs: a block of kTargetNpack
   // packs per thread (one warp per block at 1024 fp16 columns) with a block
   // per row (below) rather than the warp tier's persistent groups: fp16
