@@ -105,8 +105,8 @@ void hand_off_to_smem(const NormProblem &view, const DeviceContext &ctx, NormFwd
 // Rows of 257 to 1024 16-byte packs (RMSNorm; LayerNorm to 512: bf16 / fp16
 // 4 K - 8 K columns, 4 K) with two waves of rows or more: blocks of two packs
 // a thread, which run the register-capped kernel (norm_fwd.cuh: 40
-// registers, 6 blocks of 256 per SM, where four packs a thread in blocks of
-// 128 keep 8 of 62 registers: 1024 threads), a block per row. H100, one
+// registers, 6 blocks of 256 per SM = 1536 threads, where four packs a
+// thread at 62 registers keep 8 blocks of 128 = 1024), a block per row. H100, one
 // process (ab_norm, bench/NOTES.md session 20), against four packs a thread,
 // bf16 unless named: RMSNorm 2048 x 4096 16.3 -> 15.7 us, 4096 x 4096
 // 28.6 -> 27.7, 2048 x 8192 28.9 -> 28.0, 8192 x 8192 level; LayerNorm
