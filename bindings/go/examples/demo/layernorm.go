@@ -14,7 +14,6 @@ import (
 
 // LayerNorm forward and backward, fp32, checked against a float64 reference.
 func layerNorm(h *fusednorm.Handle) (string, error) {
-
 	const rows, cols, eps = 64, 768, 1e-5
 	x, err := fusednorm.NewTensor(fusednorm.Float32, []int64{rows, cols}, nil)
 	if err != nil {
