@@ -13,7 +13,7 @@ forward and the backward, cuDNN's reserve), and which engine AUTO matched.
 
 Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[:EPILOGUE][;...]]
                        [--engines native,cudnn,auto,native_env] [--env VAR=VALUE[,VAR=VALUE]]
-                       [--builds NAME=LIB[,NAME=LIB...]]
+                       [--builds NAME=LIB[,FNORM_VAR=VALUE...][,NAME=LIB...]]
        (default: the ladder below, engines native, cudnn, auto). native_env is
        NATIVE on a handle created with the --env variables set (the library
        reads its tuning at fnorm_create): a path chosen by a tuning knob
@@ -23,7 +23,9 @@ Usage: ab_batchnorm.py [--out DIR] [--rounds 3] [--cases DTYPE:LAYOUT:N,C,H,W[:E
        library, its own handle): each case is timed with the NATIVE engine of
        every build, beside the CUDNN engine (of the first build) and PyTorch
        (F.batch_norm with cuDNN on, then the epilogue; autograd backward) in
-       the same rounds; EPILOGUE (none, relu, add_relu) per case. Also prints
+       the same rounds; EPILOGUE (none, relu, add_relu) per case; FNORM_*
+       items after a build are set while its handle is created (one library
+       under two names with different tuning knobs). Also prints
        the largest difference of each build's y and dx from the first's.
 """
 from __future__ import annotations
@@ -183,16 +185,30 @@ EPIS = {"none": fn.BnEpilogue.NONE, "relu": fn.BnEpilogue.RELU, "add_relu": fn.B
 
 
 def load_builds(spec):
+    """NAME=LIB items; an FNORM_*=VALUE item after one is set while that
+    build's handle is created (the library reads its tuning there): one
+    library under several names, each with its own knobs."""
     import tempfile
     from bench_layernorm import load_build_copy
     copies = tempfile.mkdtemp(prefix="ab_bn_")
+    items = []  # (name, path, {env})
     for item in spec.split(","):
-        name, path = item.split("=", 1)
+        key, value = item.split("=", 1)
+        if key.startswith("FNORM_"):
+            items[-1][2][key] = value
+        else:
+            items.append((key, value, {}))
+    for name, path, env in items:
         lib = load_build_copy(name, path, copies)
         BUILDS[name] = (lib, {}, functools.lru_cache(maxsize=512)(_core._tensor_desc.__wrapped__),
                         functools.lru_cache(maxsize=64)(_fbn._bn_desc.__wrapped__))
         use_build(name)
-        _handle_for(0)
+        os.environ.update(env)
+        try:
+            _handle_for(0)
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
 
 
 def use_build(name):

@@ -42,15 +42,22 @@ __device__ inline BnCoefs bwd_coefs(const BnFinalizeParams &p, int64_t c, double
   return k;
 }
 
-// The forward's outputs from a channel's count, mean and M2.
-__device__ inline void finish_fwd(const BnFinalizeParams &p, int64_t c, double n, double mean, double m2) {
+// The running averages' factor of this pass (reads the batch counter of
+// the cumulative average: before the counter's increment).
+__device__ inline double running_factor(const BnFinalizeParams &p) {
+  return p.cumulative && p.running_mean != nullptr ? 1.0 / (static_cast<double>(*p.num_batches_tracked) + 1.0)
+                                                   : p.factor;
+}
+
+// The forward's outputs from a channel's count, mean and M2; f: the
+// running averages' factor (running_factor).
+__device__ inline void finish_fwd_at(const BnFinalizeParams &p, int64_t c, double n, double mean, double m2,
+                                     double f) {
   const double var = m2 / n;  // biased
   const double invstd = 1.0 / sqrt(var + p.eps);
   if (p.saved_mean != nullptr) p.saved_mean[c] = static_cast<float>(mean);
   if (p.saved_invstd != nullptr) p.saved_invstd[c] = static_cast<float>(invstd);
   if (p.running_mean != nullptr) {
-    const double f = p.cumulative ? 1.0 / (static_cast<double>(*p.num_batches_tracked) + 1.0)
-                                  : p.factor;
     const double unbiased = m2 / (n - 1.0);
     p.running_mean[c] = static_cast<float>((1.0 - f) * p.running_mean[c] + f * mean);
     p.running_var[c] = static_cast<float>((1.0 - f) * p.running_var[c] + f * unbiased);
@@ -61,6 +68,10 @@ __device__ inline void finish_fwd(const BnFinalizeParams &p, int64_t c, double n
     p.xmu_scale[c] = k.xmu_scale;
     p.shift[c] = k.shift;
   }
+}
+
+__device__ inline void finish_fwd(const BnFinalizeParams &p, int64_t c, double n, double mean, double m2) {
+  finish_fwd_at(p, c, n, mean, m2, running_factor(p));
 }
 
 // The backward's weight gradients (when asked) and coefficients from a

@@ -84,7 +84,11 @@ BnNativePlan plan_native(fnorm_handle *h, const BnProblem &pb, const BnPacks &pa
     q.max_blocks = L.ws.max_splits;
     q.epilogue = pb.epilogue;
     const BnPersistFns &fns = forward ? L.persist->persist_forward : L.persist->persist_backward;
-    check_cuda(fns.shape(q, h->tuning.bn_persist_gather_all, ctx, &L.persist_shape), L.persist->name);
+    BnPersistTuning t;
+    t.gather_all = h->tuning.bn_persist_gather_all;
+    t.onewave_tile = h->tuning.bn_onewave_tile;
+    t.onewave_k = h->tuning.bn_onewave_k;
+    check_cuda(fns.shape(q, t, ctx, &L.persist_shape), L.persist->name);
     L.one_launch = L.persist_shape.kernel != BnOneLaunch::None;
   }
   // The general path (also where the one-launch kernel finds the device

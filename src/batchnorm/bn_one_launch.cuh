@@ -12,10 +12,11 @@ namespace fnorm {
 
 // The block's sums per column, added in a fixed order (a tree over the rpi
 // row slices: thread t holds columns [col, col + PACK) of slice r = t / ncp)
-// and written by slice 0 as the block's row of the partials.
+// and written by slice 0 as row prow of the partials.
 template <int PACK>
 __device__ __forceinline__ void bn_block_partials(const BnPersistParams &p, float (&a)[PACK], float (&b)[PACK],
-                                                  int col, int r, int ncp, int rpi, float *sa, float *sb) {
+                                                  int64_t col, int r, int ncp, int rpi, int64_t prow, float *sa,
+                                                  float *sb) {
 #pragma unroll
   for (int k = 0; k < PACK; ++k) {
     sa[threadIdx.x * PACK + k] = a[k];
@@ -35,7 +36,7 @@ __device__ __forceinline__ void bn_block_partials(const BnPersistParams &p, floa
     }
   }
   if (r == 0) {
-    const int64_t base = static_cast<int64_t>(blockIdx.x) * p.shape.width + col;
+    const int64_t base = prow * p.shape.width + col;
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       p.part_moment1[base + k] = a[k];

@@ -110,6 +110,8 @@ struct BnPersistShape {
   size_t smem = 0;         // dynamic shared memory bytes (streaming: the kept packs)
   int blocks_per_sm = 0;   // the kernel's occupancy at that smem
   int ncp_log2 = 0;        // one-wave: column packs per block tile (log2)
+  int tiles = 1;           // one-wave: column tiles (blocks = tiles * blocks per tile)
+  int k = 0;               // one-wave: packs per thread (<= kBnPersistK)
   BnStreamGrid stream;     // streaming
 };
 
@@ -124,8 +126,14 @@ struct BnApplyFns {
   cudaError_t (*shape)(const BnShape &, int64_t elements, const DeviceContext &, LaunchShape *);
   cudaError_t (*launch)(const BnApplyParams &, const LaunchShape &, cudaStream_t);
 };
+// The tuning knobs the one-launch shapes read (core/tuning.hpp).
+struct BnPersistTuning {
+  bool gather_all = false;  // FNORM_BN_PERSIST_GATHER_ALL
+  int onewave_tile = 0;     // FNORM_BN_ONEWAVE_TILE (0: the planner's tile)
+  int onewave_k = 0;        // FNORM_BN_ONEWAVE_K (0: the planner's packs per thread)
+};
 struct BnPersistFns {
-  cudaError_t (*shape)(const BnPersistParams &, bool gather_all, const DeviceContext &, BnPersistShape *);
+  cudaError_t (*shape)(const BnPersistParams &, const BnPersistTuning &, const DeviceContext &, BnPersistShape *);
   // *launched: whether it ran (a cooperative launch the device refuses
   // leaves the general path to the caller).
   cudaError_t (*launch)(const BnPersistParams &, const BnPersistShape &, cudaStream_t, bool *launched);

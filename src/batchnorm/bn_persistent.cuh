@@ -10,19 +10,23 @@
 // channels-last forwards may take the streaming kernel (bn_stream.cuh;
 // shape_bn_persistent at the end says which).
 //
-// Thread (r, cp) of a block owns PACK columns [cp * PACK, cp * PACK + PACK)
-// and rows base + r + i * rpi, i < K (rpi = 256 / ncp row slices). A warp
-// covers 32 / ncp whole consecutive rows = 32 * PACK consecutive elements
-// starting on a multiple of 32, so the ReLU mask words are built with the
-// same shuffles as in the elementwise kernels.
+// A block covers one column tile of ncp packs (the whole width, or tiles of
+// kBnOneWaveTileCols columns, below) and rpi * K rows. Thread (r, cp) owns
+// PACK columns [col0 + cp * PACK, col0 + cp * PACK + PACK) and rows base + r
+// + i * rpi, i < K (rpi = 256 / ncp row slices). A warp covers 32 / ncp row
+// segments of the tile; either whole consecutive rows (one tile: 32 * PACK
+// consecutive elements starting on a multiple of 32) or segments of whole
+// 32-element words (tiles of a multiple of 32 columns), so the ReLU mask
+// words are built with the same shuffles as in the elementwise kernels.
 //
 // Forward sums are shifted by the channel's value in row 0 (read by every
 // block alike): S1 = sum (x - K), S2 = sum (x - K)^2, mean = K + S1 / n,
 // M2 = S2 - S1^2 / n: no cancellation worth the name for |mean| >> std.
 //
 // The combine after the barrier, in one of two forms (the kernel's GATHER):
-//   gather: every block adds all blocks' partials itself (grid * width
-//     loads per block), then computes its coefficients; one barrier.
+//   gather: every block adds the partials of all blocks of its column tile
+//     itself (tile blocks * tile columns loads per block), then computes its
+//     coefficients; one barrier.
 //   owner: column j's totals are added once, by block j % grid (its threads
 //     over the blocks' partials, in a fixed order), which writes the
 //     channel's outputs and coefficients (workspace); a second barrier, then
@@ -69,19 +73,24 @@ template <typename T, bool BWD>
 constexpr int bn_persistent_min_blocks() { return !BWD && sizeof(T) == 2 ? 3 : 0; }
 
 // A thread's place in the one-wave kernel (see the top of the file): PACK
-// columns from col, rows row(i) = row0 + i * rpi for i < kBnPersistK, in row
-// slice r of the block's rpi.
+// columns from col (lcol within the block's column tile), rows row(i) =
+// row0 + i * rpi for i < k (<= kBnPersistK packs per thread) below rows, in
+// row slice r of the block's rpi. (k and rows are the kernel's parameters:
+// a row end computed per block instead took registers, and ptxas spilled.)
 struct BnOneWaveThread {
-  int ncp, rpi, r, col;
+  int ncp, rpi, r, lcol, col, k;
   int64_t row0, rows, width;
   __device__ __forceinline__ int64_t row(int i) const { return row0 + static_cast<int64_t>(i) * rpi; }
+  __device__ __forceinline__ bool valid(int i) const { return i < k && row(i) < rows; }
 };
 
 // The thread's packs, loaded once and kept until the elementwise step: x
-// (and dy with its mask bits, backward).
+// (and dy with its mask bits, backward), as stored (BnVec: a bf16 pack of 8
+// in 4 registers; held as Pack<bf16, 8> the bf16 backward took 223
+// registers to fp16's 128).
 template <typename T, int PACK, bool BWD>
 struct BnOneWaveRegs {
-  Pack<T, PACK> xr[kBnPersistK], gr[kBnPersistK];
+  typename BnVec<T, PACK>::Raw xr[kBnPersistK], gr[kBnPersistK];
   uint32_t bits[kBnPersistK];
 };
 
@@ -92,7 +101,7 @@ template <typename T, int PACK, bool BWD>
 __device__ __forceinline__ void bn_one_wave_load(const BnPersistParams &p, const BnOneWaveThread &th,
                                                  BnOneWaveRegs<T, PACK, BWD> &v, float (&a)[PACK],
                                                  float (&b)[PACK]) {
-  using Raw = Pack<T, PACK>;
+  using Vec = BnVec<T, PACK>;
   constexpr int K = kBnPersistK;
   const T *x = static_cast<const T *>(p.x);
   const T *dy = static_cast<const T *>(p.dy);
@@ -109,22 +118,25 @@ __device__ __forceinline__ void bn_one_wave_load(const BnPersistParams &p, const
   for (int i = 0; i < K; ++i) {
     const int64_t m = th.row(i);
     v.bits[i] = 0u;
-    if (m < th.rows) {
-      v.xr[i] = *reinterpret_cast<const Raw *>(x + m * th.width + th.col);
+    if (th.valid(i)) {
+      v.xr[i] = Vec::load(x + m * th.width + th.col);
       if constexpr (BWD) {
-        v.gr[i] = *reinterpret_cast<const Raw *>(dy + m * th.width + th.col);
+        v.gr[i] = Vec::load(dy + m * th.width + th.col);
         if (p.mask_in != nullptr) v.bits[i] = read_mask_bits<PACK>(p.mask_in, m * th.width + th.col);
       }
     }
   }
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    if (th.row(i) >= th.rows) continue;
+    if (!th.valid(i)) continue;
+    float xv[PACK], gv[PACK];
+    Vec::widen(v.xr[i], xv);
+    if constexpr (BWD) Vec::widen(v.gr[i], gv);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
-      const float d = Convert<T>::to_float(v.xr[i].v[k]) - ref[k];
+      const float d = xv[k] - ref[k];
       if constexpr (BWD) {
-        float g = Convert<T>::to_float(v.gr[i].v[k]);
+        float g = gv[k];
         if (p.mask_in != nullptr && !((v.bits[i] >> k) & 1u)) g = 0.f;
         a[k] += g;
         b[k] += g * d;
@@ -189,8 +201,71 @@ __device__ __forceinline__ void bn_one_wave_combine_owner(const BnPersistParams 
   __syncthreads();
 }
 
+// Gather combine over one column tile (tile_cols columns from col0, a power
+// of two <= kBnThreads): the block adds, per column of its tile, the
+// partials of the tile's `tile_blocks` blocks (rows 0 .. tile_blocks - 1 of
+// the partials) in double, and thread j < tile_cols computes column col0 + j's
+// coefficients into coef[j]; the tile's first block (bx == 0) writes the
+// channels' outputs. With one tile (col0 = 0, tile_cols = width, tile_blocks
+// = the grid) it adds in bn_combine_gather's order. shift (forward): column
+// col0 + threadIdx.x's row-0 value; rf: the running averages' factor; both
+// read before the grid barrier (y may be x, and block 0 counts the batch
+// after its combine while other tiles' first blocks may still be in theirs).
+template <bool BWD>
+__device__ __forceinline__ void bn_one_wave_combine_tile(const BnPersistParams &p, int tile_cols, int64_t col0,
+                                                         int tile_blocks, int64_t bx, float shift, double rf,
+                                                         double *da, double *db, BnCoefs *coef) {
+  const int64_t width = p.shape.width;
+  const int j = threadIdx.x & (tile_cols - 1);
+  const int lanes = kBnThreads / tile_cols;  // threads per column
+  constexpr int kU = 8;  // independent loads in flight per thread
+  const float *m1 = p.part_moment1 + col0 + j;
+  const float *m2 = p.part_moment2 + col0 + j;
+  double s1 = 0.0, s2 = 0.0;
+  for (int g0 = threadIdx.x / tile_cols; g0 < tile_blocks; g0 += kU * lanes) {
+    float va[kU], vb[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int g = g0 + u * lanes;
+      const bool ok = g < tile_blocks;
+      va[u] = ok ? __ldcg(m1 + static_cast<int64_t>(g) * width) : 0.f;
+      vb[u] = ok ? __ldcg(m2 + static_cast<int64_t>(g) * width) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      s1 += va[u];
+      s2 += vb[u];
+    }
+  }
+  da[threadIdx.x] = s1;
+  db[threadIdx.x] = s2;
+  for (int stride = kBnThreads >> 1; stride >= tile_cols; stride >>= 1) {
+    __syncthreads();
+    if (threadIdx.x < stride) {
+      da[threadIdx.x] += da[threadIdx.x + stride];
+      db[threadIdx.x] += db[threadIdx.x + stride];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < tile_cols) {
+    const int64_t c = col0 + threadIdx.x;
+    const double n = static_cast<double>(p.shape.rows);
+    const double S1 = da[threadIdx.x], S2 = db[threadIdx.x];
+    if constexpr (BWD) {
+      coef[threadIdx.x] = bwd_coefs(p.f, c, n, S1, S2);
+      if (bx == 0) finish_bwd(p.f, c, n, S1, S2, true);
+    } else {
+      const double mean = static_cast<double>(shift) + S1 / n;
+      const double m2v = fmax(S2 - S1 * S1 / n, 0.0);
+      coef[threadIdx.x] = fwd_coefs(p.f, c, mean, 1.0 / sqrt(m2v / n + p.f.eps));
+      if (bx == 0) finish_fwd_at(p.f, c, n, mean, m2v, rf);
+    }
+  }
+  __syncthreads();
+}
+
 // The elementwise step on the packs in registers, with the coefficients of
-// the thread's columns (coef, per column).
+// the thread's columns (coef, per column of the block's tile).
 template <typename T, int PACK, bool BWD>
 __device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, const BnOneWaveThread &th,
                                                   const BnOneWaveRegs<T, PACK, BWD> &v, const BnCoefs *coef) {
@@ -199,7 +274,7 @@ __device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, cons
   BnPackCoefs<PACK> q;
 #pragma unroll
   for (int k = 0; k < PACK; ++k) {
-    const BnCoefs c = coef[th.col + k];
+    const BnCoefs c = coef[th.lcol + k];
     q.c[kBnMean][k] = c.mean;
     q.c[kBnXmuScale][k] = c.xmu_scale;
     q.c[kBnShift][k] = c.shift;
@@ -210,16 +285,14 @@ __device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, cons
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const int64_t m = th.row(i);
-    const bool active = m < th.rows;
+    const bool active = th.valid(i);
     const int64_t e = m * th.width + th.col;
     float x[PACK];
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) x[k] = Convert<T>::to_float(v.xr[i].v[k]);
+    Vec::widen(v.xr[i], x);
     if constexpr (BWD) {
       if (active) {
         float g[PACK];
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) g[k] = Convert<T>::to_float(v.gr[i].v[k]);
+        Vec::widen(v.gr[i], g);
         Vec::store(static_cast<T *>(p.dx) + e, bop(x, g, v.bits[i], q));
         if (p.dz != nullptr && bop.masked) Vec::store(static_cast<T *>(p.dz) + e, Vec::narrow(g));
       }
@@ -238,38 +311,49 @@ __device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, cons
 }
 
 // GATHER: the combine's form (see above), a kernel of its own so that each
-// form gets its own registers and occupancy.
+// form gets its own registers and occupancy. Block b covers column tile
+// b % tiles (ncp packs) and rows from (b / tiles) * rpi * kBnPersistK; the
+// owner form runs one tile (the whole width).
 template <typename T, int PACK, bool BWD, bool GATHER>
 __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>()))
-    bn_persistent_kernel(BnPersistParams p, int ncp_log2) {
+    bn_persistent_kernel(BnPersistParams p, int ncp_log2, int tiles, int k) {
   __shared__ float sa[kBnThreads * PACK];
   __shared__ float sb[kBnThreads * PACK];
   __shared__ double da[kBnThreads];
   __shared__ double db[kBnThreads];
-  __shared__ BnCoefs coef[kBnThreads];  // per column (width <= 256)
+  __shared__ BnCoefs coef[kBnThreads];  // per column of the tile (<= 256)
 
   BnOneWaveThread th;
   th.ncp = 1 << ncp_log2;
   th.rpi = kBnThreads >> ncp_log2;
   th.r = threadIdx.x >> ncp_log2;
-  th.col = (threadIdx.x & (th.ncp - 1)) * PACK;
-  th.width = p.shape.width;  // == ncp * PACK
+  th.lcol = (threadIdx.x & (th.ncp - 1)) * PACK;
+  const int tile_cols = th.ncp * PACK;
+  const int bx = tiles == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) / tiles;
+  const int col0 = (static_cast<int>(blockIdx.x) - bx * tiles) * tile_cols;
+  th.col = col0 + th.lcol;
+  th.width = p.shape.width;  // == tiles * ncp * PACK
   th.rows = p.shape.rows;
-  th.row0 = static_cast<int64_t>(blockIdx.x) * th.rpi * kBnPersistK + th.r;
+  th.k = k;
+  th.row0 = static_cast<int64_t>(bx) * th.rpi * k + th.r;
   const T *x = static_cast<const T *>(p.x);
 
-  // Column threadIdx.x's shift for the gather combine, read before the grid
-  // barrier: y may be x itself, and row 0 is overwritten after it.
-  const float shift = !BWD && threadIdx.x < th.width ? Convert<T>::to_float(x[threadIdx.x]) : 0.f;
+  // Column col0 + threadIdx.x's shift for the gather combine and the running
+  // averages' factor, read before the grid barrier: y may be x itself, and
+  // row 0 is overwritten after it.
+  const float shift = !BWD && threadIdx.x < tile_cols ? Convert<T>::to_float(x[col0 + threadIdx.x]) : 0.f;
+  __shared__ double rf;
+  if (!BWD && GATHER && bx == 0 && threadIdx.x == 0) rf = running_factor(p.f);
   BnOneWaveRegs<T, PACK, BWD> v;
   float a[PACK], b[PACK];
   bn_one_wave_load<T, PACK, BWD>(p, th, v, a, b);
-  bn_block_partials<PACK>(p, a, b, th.col, th.r, th.ncp, th.rpi, sa, sb);
+  bn_block_partials<PACK>(p, a, b, th.col, th.r, th.ncp, th.rpi, bx, sa, sb);
   cooperative_groups::this_grid().sync();
   if constexpr (GATHER) {
-    bn_combine_gather<BWD>(p, shift, da, db, coef);
+    bn_one_wave_combine_tile<BWD>(p, tile_cols, col0, static_cast<int>(gridDim.x) / tiles, bx, shift, rf, da, db,
+                                  coef);
   } else {
-    bn_one_wave_combine_owner<T, BWD>(p, x, th.width, th.rows, da, db, coef);
+    bn_one_wave_combine_owner<T, BWD>(p, x, th.width, p.shape.rows, da, db, coef);
   }
   // (Every finish_fwd read the counter for the cumulative average before
   // the last barrier.)
@@ -278,36 +362,81 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   bn_one_wave_apply<T, PACK, BWD>(p, th, v, coef);
 }
 
-// The one-wave kernel's shape where the whole problem fits one co-resident
-// grid of it (else none): its grid and combine form (gather_all: the gather
-// form at any size). Assumptions (of a shape that fits): group == 1, width ==
-// ncp * PACK with ncp a power of two <= 32, pointers aligned to PACK
-// elements, p.part_moment1 / part_moment2 hold p.max_blocks rows of width
-// floats.
+// Column tiles of the one-wave kernel: each block covers kBnOneWaveTileCols
+// columns (a multiple of 32, so that a warp's packs still make whole ReLU
+// mask words) of its rows, not the whole width, so that the gather combine
+// adds only its tile's partials: per block tile_blocks * tile_cols loads
+// where the whole-width tile has grid * width (at [128, 256, 14, 14] fp16,
+// 49 * 32 against 392 * 256), after one grid barrier where the owner form
+// took two; and C up to rows' worth of tiles, not only 32 packs, fits.
+constexpr int kBnOneWaveTileCols = 32;
+
+namespace detail {
+
+// The one-wave shape at ncp_log2 packs per tile, `tiles` tiles and k packs
+// per thread, if its grid fits co-resident and the partials and its gather
+// adds at most gather_cap partials per block (0: no bound); else s->kernel
+// stays None. k: kBnPersistK, the fewest blocks. (The fewest packs per
+// thread that fit, the most blocks to share the SMs' loads, measured
+// slower, H100, fp16 forward us, that against 8: [128, 512, 7, 7] 17.4 vs
+// 16.4, [64, 128, 14, 14] 16.0 vs 12.1, [16, 64, 56, 56] 19.9 vs 16.6,
+// [4, 64, 56, 56] 17.2 vs 11.3; FNORM_BN_ONEWAVE_K forces it.)
 template <typename T, int PACK, bool BWD>
-cudaError_t shape_bn_one_wave(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
-                              BnPersistShape *s) {
-  *s = BnPersistShape{};
-  const int64_t packs = p.shape.width / PACK;
-  if (p.shape.group != 1 || p.shape.width % PACK != 0 || packs > 32 || (packs & (packs - 1)) != 0)
-    return cudaSuccess;
-  int ncp_log2 = 0;
-  while ((int64_t{1} << ncp_log2) < packs) ++ncp_log2;
-  const int64_t rows_per_block = (kBnThreads >> ncp_log2) * int64_t{kBnPersistK};
-  const int64_t blocks = ceil_div(p.shape.rows, rows_per_block);
-  if (blocks > p.max_blocks) return cudaSuccess;
-  const bool gather = gather_all || blocks * p.shape.width <= kBnGatherMax;
+cudaError_t one_wave_at(const BnPersistParams &p, int ncp_log2, int64_t tiles, bool gather, int k,
+                        int64_t gather_cap, const DeviceContext &ctx, BnPersistShape *s) {
   auto kernel = gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
   int occ = 0;
   cudaError_t err = cached_occupancy(ctx.occupancy, reinterpret_cast<const void *>(kernel), kBnThreads, 0, &occ);
   if (err != cudaSuccess) return err;
-  if (blocks > static_cast<int64_t>(occ) * ctx.dev.sm_count) return cudaSuccess;
+  const int64_t tile_cols = (int64_t{1} << ncp_log2) * PACK;
+  const int64_t tile_blocks = ceil_div(p.shape.rows, (kBnThreads >> ncp_log2) * int64_t{k});
+  const int64_t blocks = tile_blocks * tiles;
+  if (tile_blocks > p.max_blocks || blocks > static_cast<int64_t>(occ) * ctx.dev.sm_count) return cudaSuccess;
+  if (gather_cap > 0 && tile_blocks * tile_cols > gather_cap) return cudaSuccess;
   s->kernel = BnOneLaunch::OneWave;
+  s->k = k;
   s->blocks = blocks;
   s->blocks_per_sm = occ;
   s->ncp_log2 = ncp_log2;
+  s->tiles = static_cast<int>(tiles);
   s->gather = gather;
   return cudaSuccess;
+}
+
+}  // namespace detail
+
+// The one-wave kernel's shape where the whole problem fits one co-resident
+// grid of it (else none). First column tiles of tile_cols columns (t.
+// onewave_tile, else kBnOneWaveTileCols) where they divide the width and
+// their gather stays within kBnGatherMax (a forced tile skips that bound);
+// else the whole width as one tile (C a power-of-two number of packs <= 32)
+// with the gather or owner combine (t.gather_all: gather at any size).
+// Assumptions: group == 1, pointers aligned to PACK elements,
+// p.part_moment1 / part_moment2 hold p.max_blocks rows of width floats.
+template <typename T, int PACK, bool BWD>
+cudaError_t shape_bn_one_wave(const BnPersistParams &p, const BnPersistTuning &t, const DeviceContext &ctx,
+                              BnPersistShape *s) {
+  *s = BnPersistShape{};
+  const int64_t width = p.shape.width;
+  if (p.shape.group != 1 || width % PACK != 0) return cudaSuccess;
+  const int64_t packs = width / PACK;
+  const int64_t tile_cols = t.onewave_tile > 0 ? t.onewave_tile : kBnOneWaveTileCols;
+  const int64_t tile_packs = tile_cols / PACK;
+  const int k = t.onewave_k > 0 ? t.onewave_k : kBnPersistK;
+  if (tile_cols % 32 == 0 && tile_cols % PACK == 0 && tile_packs <= 32 && (tile_packs & (tile_packs - 1)) == 0 &&
+      width % tile_cols == 0) {
+    int ncp_log2 = 0;
+    while ((int64_t{1} << ncp_log2) < tile_packs) ++ncp_log2;
+    const cudaError_t err = detail::one_wave_at<T, PACK, BWD>(p, ncp_log2, width / tile_cols, true, k,
+                                                              t.onewave_tile > 0 ? 0 : kBnGatherMax, ctx, s);
+    if (err != cudaSuccess || s->kernel != BnOneLaunch::None) return err;
+  }
+  if (packs > 32 || (packs & (packs - 1)) != 0) return cudaSuccess;
+  int ncp_log2 = 0;
+  while ((int64_t{1} << ncp_log2) < packs) ++ncp_log2;
+  const int64_t blocks = ceil_div(p.shape.rows, (kBnThreads >> ncp_log2) * int64_t{k});
+  return detail::one_wave_at<T, PACK, BWD>(p, ncp_log2, 1, t.gather_all || blocks * width <= kBnGatherMax, k, 0,
+                                           ctx, s);
 }
 
 // Where the streaming kernel runs instead of the three launches: training
@@ -329,12 +458,12 @@ bool bn_stream_takes(const BnPersistParams &p) {
 // streaming kernel where bn_stream_takes and its grid is full
 // (shape_bn_stream), else none (the three launches).
 template <typename T, int PACK, bool BWD>
-cudaError_t shape_bn_persistent(const BnPersistParams &p, bool gather_all, const DeviceContext &ctx,
+cudaError_t shape_bn_persistent(const BnPersistParams &p, const BnPersistTuning &t, const DeviceContext &ctx,
                                 BnPersistShape *s) {
-  const cudaError_t err = shape_bn_one_wave<T, PACK, BWD>(p, gather_all, ctx, s);
+  const cudaError_t err = shape_bn_one_wave<T, PACK, BWD>(p, t, ctx, s);
   if (err != cudaSuccess || s->kernel != BnOneLaunch::None) return err;
   if constexpr (!BWD && sizeof(T) == 2) {
-    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK>(p, gather_all, ctx, s);
+    if (bn_stream_takes<T>(p)) return shape_bn_stream<T, PACK>(p, t.gather_all, ctx, s);
   }
   return cudaSuccess;
 }
@@ -347,7 +476,7 @@ cudaError_t launch_bn_persistent(const BnPersistParams &p, const BnPersistShape 
   *launched = false;
   if (s.kernel == BnOneLaunch::OneWave) {
     auto kernel = s.gather ? bn_persistent_kernel<T, PACK, BWD, true> : bn_persistent_kernel<T, PACK, BWD, false>;
-    return launch_bn_cooperative(kernel, s, stream, launched, p, s.ncp_log2);
+    return launch_bn_cooperative(kernel, s, stream, launched, p, s.ncp_log2, s.tiles, s.k);
   }
   if constexpr (!BWD && sizeof(T) == 2) {
     if (s.kernel == BnOneLaunch::Stream) return launch_bn_stream<T, PACK>(p, s, stream, launched);

@@ -63,6 +63,14 @@ Tuning tuning_from_env() {
     if (std::strcmp(v, "fused") == 0) t.gn_schedule = Tuning::GnSchedule::Fused;
   }
   t.bn_persist_gather_all = flag("FNORM_BN_PERSIST_GATHER_ALL");
+  if (const char *v = std::getenv("FNORM_BN_ONEWAVE_TILE")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n >= 32 && n <= 4096) t.bn_onewave_tile = static_cast<int>(n);
+  }
+  if (const char *v = std::getenv("FNORM_BN_ONEWAVE_K")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n >= 1 && n <= 8) t.bn_onewave_k = static_cast<int>(n);
+  }
   t.linear_unfused = flag("FNORM_LINEAR_UNFUSED");
   if (const char *v = std::getenv("FNORM_LINEAR_FWD_AUX")) {
     if (std::strcmp(v, "lt") == 0) t.linear_fwd_aux = Tuning::LinearFwdAux::Lt;

@@ -46,6 +46,14 @@ struct Tuning {
   // FNORM_BN_PERSIST_GATHER_ALL=1: the BatchNorm one-launch kernel's gather
   // combine at every size (batchnorm/bn_persistent.cuh).
   bool bn_persist_gather_all = false;
+  // FNORM_BN_ONEWAVE_TILE=N (32..4096 columns): the one-wave kernel's column
+  // tiles of N columns where they fit, at any gather size; a width it does
+  // not divide or over 32 packs: the whole-width tile only (the kernel
+  // before tiles); 0 or unset: the planner's (bn_persistent.cuh).
+  int bn_onewave_tile = 0;
+  // FNORM_BN_ONEWAVE_K=N (1..8): the one-wave kernel at N packs per thread
+  // (where its grid fits); 0 or unset: the planner's (8).
+  int bn_onewave_k = 0;
 
   // The fully-connected layer (linear/linear_plan.cpp):
   // FNORM_LINEAR_UNFUSED=1: the library's own epilogue kernels instead of

@@ -765,10 +765,13 @@ void test_plan_cache() {
 
 void test_tuning() {
   const char *vars[] = {"FNORM_CHECK_POINTERS", "FNORM_NORM_FWD_PLAN", "FNORM_BN_PERSIST_GATHER_ALL",
-                        "FNORM_LINEAR_UNFUSED", "FNORM_LINEAR_FWD_AUX", "FNORM_LINEAR_NO_N1", "FNORM_LINEAR_WS_MIB"};
+                        "FNORM_BN_ONEWAVE_TILE", "FNORM_BN_ONEWAVE_K", "FNORM_LINEAR_UNFUSED", "FNORM_LINEAR_FWD_AUX",
+                        "FNORM_LINEAR_NO_N1", "FNORM_LINEAR_WS_MIB"};
   for (const char *v : vars) unsetenv(v);
   fnorm::Tuning t = fnorm::tuning_from_env();
   CHECK(!t.check_pointers && !t.bn_persist_gather_all && !t.linear_unfused && !t.linear_no_n1);
+  CHECK_EQ(t.bn_onewave_tile, 0);
+  CHECK_EQ(t.bn_onewave_k, 0);
   CHECK(t.norm_fwd.tier == fnorm::Tuning::NormFwd::Tier::Planner);
   CHECK_EQ(t.linear_heuristic_budget, uint64_t{0});
   setenv("FNORM_CHECK_POINTERS", "0", 1);  // "0" and "" are off
@@ -776,8 +779,12 @@ void test_tuning() {
   setenv("FNORM_LINEAR_FWD_AUX", "own", 1);
   setenv("FNORM_LINEAR_WS_MIB", "4", 1);
   setenv("FNORM_BN_PERSIST_GATHER_ALL", "1", 1);
+  setenv("FNORM_BN_ONEWAVE_TILE", "64", 1);
+  setenv("FNORM_BN_ONEWAVE_K", "9", 1);  // out of range: the planner's
   t = fnorm::tuning_from_env();
   CHECK(!t.check_pointers && t.bn_persist_gather_all);
+  CHECK_EQ(t.bn_onewave_tile, 64);
+  CHECK_EQ(t.bn_onewave_k, 0);
   CHECK(t.norm_fwd.tier == fnorm::Tuning::NormFwd::Tier::Block);
   CHECK_EQ(t.norm_fwd.npack, 4);
   CHECK(t.norm_fwd.grid == fnorm::Tuning::NormFwd::Grid::PerRow);
