@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// Device pieces both one-launch BatchNorm kernels use (bn_persistent.cuh's
-// one-wave kernel, bn_stream.cuh's streaming kernel): a block's partial sums
-// per column before the grid barrier, and the gather form of the combine
-// after it.
+// Device pieces of the streaming one-launch BatchNorm kernel
+// (bn_stream.cuh): a block's partial sums per column before the grid
+// barrier, and the gather form of the combine after it. (The one-wave
+// kernel, bn_persistent.cuh, has its own forms of both over column tiles:
+// bn_one_wave_partials, bn_one_wave_combine_tile.)
 #pragma once
 
 #include "batchnorm/batchnorm.cuh"
