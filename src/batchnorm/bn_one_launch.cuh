@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-// Device pieces of the streaming one-launch BatchNorm kernel
-// (bn_stream.cuh): a block's partial sums per column before the grid
-// barrier, and the gather form of the combine after it. (The one-wave
-// kernel, bn_persistent.cuh, has its own forms of both over column tiles:
-// bn_one_wave_partials, bn_one_wave_combine_tile.)
+// Device pieces of the one-launch BatchNorm kernels (bn_persistent.cuh's
+// one-wave kernel, bn_stream.cuh's streaming kernel): a block's partial
+// sums per column before the grid barrier (both), and the gather form of the
+// combine after it (streaming; the one-wave kernel's is over its column
+// tiles, bn_one_wave_combine_tile).
 #pragma once
 
 #include "batchnorm/batchnorm.cuh"
@@ -11,38 +11,45 @@
 
 namespace fnorm {
 
-// The block's sums per column, added in a fixed order (a tree over the rpi
-// row slices: thread t holds columns [col, col + PACK) of slice r = t / ncp)
-// and written by slice 0 as row prow of the partials.
+// The block's sums per column of its tile (ncp packs from column col0, ncp
+// a power of two <= kBnThreads; thread t holds pack t % ncp, at lcol within
+// the tile, of row slice t / ncp), added in a fixed order and written as row
+// prow of the partials: a warp's row slices (32 / ncp of them) with
+// shuffles, then the slices left (the warps', or kBnThreads / ncp where a
+// row spans warps) through shared memory after one block barrier. (A tree
+// over the slices in shared memory took log2(slices) barriers and 8-way
+// bank conflicts at 16-byte packs: 3-4 us of the one-wave kernel, H100.)
 template <int PACK>
 __device__ __forceinline__ void bn_block_partials(const BnPersistParams &p, float (&a)[PACK], float (&b)[PACK],
-                                                  int64_t col, int r, int ncp, int rpi, int64_t prow, float *sa,
+                                                  int ncp, int lcol, int64_t col0, int64_t prow, float *sa,
                                                   float *sb) {
-#pragma unroll
-  for (int k = 0; k < PACK; ++k) {
-    sa[threadIdx.x * PACK + k] = a[k];
-    sb[threadIdx.x * PACK + k] = b[k];
-  }
-  for (int stride = rpi >> 1; stride > 0; stride >>= 1) {
-    __syncthreads();
-    if (r < stride) {
-      const int o = threadIdx.x + stride * ncp;
-#pragma unroll
-      for (int k = 0; k < PACK; ++k) {
-        a[k] += sa[o * PACK + k];
-        b[k] += sb[o * PACK + k];
-        sa[threadIdx.x * PACK + k] = a[k];
-        sb[threadIdx.x * PACK + k] = b[k];
-      }
-    }
-  }
-  if (r == 0) {
-    const int64_t base = prow * p.shape.width + col;
+  for (int off = ncp; off < 32; off <<= 1) {
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
-      p.part_moment1[base + k] = a[k];
-      p.part_moment2[base + k] = b[k];
+      a[k] += __shfl_xor_sync(kFullMask, a[k], off);
+      b[k] += __shfl_xor_sync(kFullMask, b[k], off);
     }
+  }
+  const int tile_cols = ncp * PACK;
+  const int slices = ncp < 32 ? kBnThreads / 32 : kBnThreads / ncp;
+  const int slice = ncp < 32 ? static_cast<int>(threadIdx.x >> 5) : static_cast<int>(threadIdx.x) / ncp;
+  if (ncp >= 32 || static_cast<int>(threadIdx.x & 31) < ncp) {
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+      sa[slice * tile_cols + lcol + k] = a[k];
+      sb[slice * tile_cols + lcol + k] = b[k];
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < tile_cols; j += kBnThreads) {
+    float s1 = 0.f, s2 = 0.f;
+    for (int w = 0; w < slices; ++w) {
+      s1 += sa[w * tile_cols + j];
+      s2 += sb[w * tile_cols + j];
+    }
+    const int64_t e = prow * p.shape.width + col0 + j;
+    p.part_moment1[e] = s1;
+    p.part_moment2[e] = s2;
   }
 }
 

@@ -148,45 +148,6 @@ __device__ __forceinline__ void bn_one_wave_load(const BnPersistParams &p, const
   }
 }
 
-// The block's sums per column of its tile (the one-wave kernel's form of
-// bn_block_partials): the row slices of a warp (32 / ncp of them) are added
-// with shuffles, the 8 warps' sums through shared memory (one barrier), and
-// thread j < ncp * PACK writes column col0 + j of row prow of the partials.
-// (bn_block_partials' tree took log2(rpi) block barriers.)
-template <int PACK>
-__device__ __forceinline__ void bn_one_wave_partials(const BnPersistParams &p, float (&a)[PACK], float (&b)[PACK],
-                                                     int ncp, int lcol, int col0, int64_t prow, float *sa,
-                                                     float *sb) {
-  for (int off = ncp; off < 32; off <<= 1) {
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) {
-      a[k] += __shfl_xor_sync(kFullMask, a[k], off);
-      b[k] += __shfl_xor_sync(kFullMask, b[k], off);
-    }
-  }
-  const int tile_cols = ncp * PACK;
-  const int warp = threadIdx.x >> 5;
-  if ((threadIdx.x & 31) < ncp) {
-#pragma unroll
-    for (int k = 0; k < PACK; ++k) {
-      sa[warp * tile_cols + lcol + k] = a[k];
-      sb[warp * tile_cols + lcol + k] = b[k];
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < tile_cols) {
-    float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-    for (int w = 0; w < kBnThreads / 32; ++w) {
-      s1 += sa[w * tile_cols + threadIdx.x];
-      s2 += sb[w * tile_cols + threadIdx.x];
-    }
-    const int64_t e = prow * p.shape.width + col0 + threadIdx.x;
-    p.part_moment1[e] = s1;
-    p.part_moment2[e] = s2;
-  }
-}
-
 // Owner combine: column j's totals once, by block j % grid (its threads over
 // the blocks' partials, in a fixed order), which writes the channel's
 // outputs and coefficients (p.f's workspace); then a second grid barrier,
@@ -382,7 +343,7 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   BnOneWaveRegs<T, PACK, BWD> v;
   float a[PACK], b[PACK];
   bn_one_wave_load<T, PACK, BWD>(p, th, v, a, b);
-  bn_one_wave_partials<PACK>(p, a, b, th.ncp, th.lcol, col0, bx, sa, sb);
+  bn_block_partials<PACK>(p, a, b, th.ncp, th.lcol, col0, bx, sa, sb);
   cooperative_groups::this_grid().sync();
   if constexpr (GATHER) {
     bn_one_wave_combine_tile<BWD>(p, tile_cols, col0, static_cast<int>(gridDim.x) / tiles, bx, shift, rf, da, db,

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
 
   {
     const int ncp = static_cast<int>(C / PACK);
-    bn_block_partials<PACK>(p, sums.a, sums.b, th.col, threadIdx.x / ncp, ncp, kBnThreads / ncp, blockIdx.x, sa, sb);
+    bn_block_partials<PACK>(p, sums.a, sums.b, ncp, th.col, 0, blockIdx.x, sa, sb);
   }
   cooperative_groups::this_grid().sync();
 
