@@ -308,8 +308,8 @@ __device__ __forceinline__ void bn_one_wave_apply(const BnPersistParams &p, cons
 
 // GATHER: the combine's form (see above), a kernel of its own so that each
 // form gets its own registers and occupancy. Block b covers column tile
-// b % tiles (ncp packs) and rows from (b / tiles) * rpi * kBnPersistK; the
-// owner form runs one tile (the whole width).
+// b % tiles (ncp packs) and rows from (b / tiles) * rpi * k (k packs per
+// thread); the owner form runs one tile (the whole width).
 template <typename T, int PACK, bool BWD, bool GATHER>
 __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>()))
     bn_persistent_kernel(BnPersistParams p, int ncp_log2, int tiles, int k) {
