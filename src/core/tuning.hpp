@@ -47,8 +47,8 @@ struct Tuning {
   // combine at every size (batchnorm/bn_persistent.cuh).
   bool bn_persist_gather_all = false;
   // FNORM_BN_ONEWAVE_TILE=N (32..4096 columns): the one-wave kernel's column
-  // tiles of N columns where they fit, at any gather size; a width it does
-  // not divide or over 32 packs: the whole-width tile only (the kernel
+  // tiles of N columns (32, 64, 128 or 256 that divides C, at most 32 packs)
+  // at any gather size; any other N: the whole-width tile only (the kernel
   // before tiles); 0 or unset: the planner's (bn_persistent.cuh).
   int bn_onewave_tile = 0;
   // FNORM_BN_ONEWAVE_K=N (1..8): the one-wave kernel at N packs per thread
