@@ -119,48 +119,60 @@ __global__ void __launch_bounds__(kBnThreads, kBnReduceMinBlocks) bn_reduce_colu
     }
   }
 
-  // Fold the rpi row slices of each column: a tree over r in shared memory.
-#pragma unroll
-  for (int k = 0; k < PACK; ++k) {
-    sa[threadIdx.x * PACK + k] = a[k];
-    sb[threadIdx.x * PACK + k] = b[k];
-  }
-  sn[threadIdx.x] = n;
-  for (int stride = rpi >> 1; stride > 0; stride >>= 1) {
-    __syncthreads();
-    if (r < stride) {
-      const int o = threadIdx.x + stride * ncp;  // same column pack, row slice r + stride
-      if constexpr (BWD) {
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          a[k] += sa[o * PACK + k];
-          b[k] += sb[o * PACK + k];
-        }
-      } else {
-        const float nb = sn[o];
-#pragma unroll
-        for (int k = 0; k < PACK; ++k) {
-          const Welford w = WelfordOp::combine({a[k], b[k], n}, {sa[o * PACK + k], sb[o * PACK + k], nb});
-          a[k] = w.mean;
-          b[k] = w.m2;
-        }
-        n += nb;
-        sn[threadIdx.x] = n;
-      }
+  // Fold the rpi row slices of each column: a warp's 32 / ncp slices with
+  // shuffles, then the 8 warps' in order through shared memory after one
+  // barrier. (A tree over r in shared memory took log2(rpi) barriers with
+  // 8-way bank conflicts at 16-byte packs; the one-launch kernels' same
+  // tree cost them 3-4 us, bench/NOTES.md session 21.)
+  for (int off = ncp; off < 32; off <<= 1) {
+    if constexpr (BWD) {
 #pragma unroll
       for (int k = 0; k < PACK; ++k) {
-        sa[threadIdx.x * PACK + k] = a[k];
-        sb[threadIdx.x * PACK + k] = b[k];
+        a[k] += __shfl_xor_sync(kFullMask, a[k], off);
+        b[k] += __shfl_xor_sync(kFullMask, b[k], off);
       }
+    } else {
+      const float nb = __shfl_xor_sync(kFullMask, n, off);
+#pragma unroll
+      for (int k = 0; k < PACK; ++k) {
+        const float ma = __shfl_xor_sync(kFullMask, a[k], off);
+        const float mb = __shfl_xor_sync(kFullMask, b[k], off);
+        const Welford w = WelfordOp::combine({a[k], b[k], n}, {ma, mb, nb});
+        a[k] = w.mean;
+        b[k] = w.m2;
+      }
+      n += nb;
     }
   }
-  if (r == 0 && col_ok) {
-    float *pa = p.part_moment1 + static_cast<int64_t>(blockIdx.y) * width + col;
-    float *pb = p.part_moment2 + static_cast<int64_t>(blockIdx.y) * width + col;
+  const int tile = ncp * PACK;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (static_cast<int>(threadIdx.x & 31) < ncp) {
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
-      pa[k] = a[k];
-      pb[k] = b[k];
+      sa[warp * tile + cp * PACK + k] = a[k];
+      sb[warp * tile + cp * PACK + k] = b[k];
+    }
+    sn[warp * ncp + cp] = n;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < tile) {
+    const int j = static_cast<int>(threadIdx.x);
+    const int64_t cj = static_cast<int64_t>(blockIdx.x) * tile + j;
+    if (cj < width) {
+      float s1 = sa[j], s2 = sb[j], sc = sn[j / PACK];
+      for (int w = 1; w < kBnThreads / 32; ++w) {
+        if constexpr (BWD) {
+          s1 += sa[w * tile + j];
+          s2 += sb[w * tile + j];
+        } else {
+          const Welford m = WelfordOp::combine({s1, s2, sc}, {sa[w * tile + j], sb[w * tile + j], sn[w * ncp + j / PACK]});
+          s1 = m.mean;
+          s2 = m.m2;
+          sc = m.n;
+        }
+      }
+      p.part_moment1[static_cast<int64_t>(blockIdx.y) * width + cj] = s1;
+      p.part_moment2[static_cast<int64_t>(blockIdx.y) * width + cj] = s2;
     }
   }
 }
