@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 // Device pieces of the one-launch BatchNorm kernels (bn_persistent.cuh's
 // one-wave kernel, bn_stream.cuh's streaming kernel): a block's partial
-// sums per column before the grid barrier (both), and the gather form of the
-// combine after it (streaming; the one-wave kernel's is over its column
-// tiles, bn_one_wave_combine_tile).
+// sums per column before the grid barrier, and the gather form of the
+// combine after it (over a column tile: the streaming kernel's one tile is
+// the whole width).
 #pragma once
 
 #include "batchnorm/batchnorm.cuh"
@@ -53,29 +53,34 @@ __device__ __forceinline__ void bn_block_partials(const BnPersistParams &p, floa
   }
 }
 
-// Gather combine (width <= 256, width divides 256): every block adds all
-// blocks' partials per column in double; thread j < width computes column
-// j's coefficients into coef[j]; block 0 writes the channels' outputs.
-// shift (forward): column threadIdx.x's row-0 value, read before the grid
-// barrier.
+// Gather combine over one column tile (tile_cols columns from col0, a power
+// of two <= kBnThreads): the block adds, per column of its tile, the
+// partials of the tile's `tile_blocks` blocks (rows 0 .. tile_blocks - 1 of
+// the partials) in double, and thread j < tile_cols computes column col0 + j's
+// coefficients into coef[j]; the tile's first block (bx == 0) writes the
+// channels' outputs. shift (forward): column
+// col0 + threadIdx.x's row-0 value; rf: the running averages' factor; both
+// read before the grid barrier (y may be x, and block 0 counts the batch
+// after its combine while other tiles' first blocks may still be in theirs).
 template <bool BWD>
-__device__ __forceinline__ void bn_combine_gather(const BnPersistParams &p, float shift, double *da, double *db,
-                                                  BnCoefs *coef) {
+__device__ __forceinline__ void bn_combine_gather(const BnPersistParams &p, int tile_cols, int64_t col0,
+                                                  int tile_blocks, int64_t bx, float shift, double rf, double *da,
+                                                  double *db, BnCoefs *coef) {
   const int64_t width = p.shape.width;
-  const int j = threadIdx.x & static_cast<int>(width - 1);
-  const int lanes = kBnThreads / static_cast<int>(width);  // threads per column
-  // kU independent loads in flight per thread (a dependent chain of L2
-  // round trips here cost more than the rest of the kernel).
-  constexpr int kU = 8;
+  const int j = threadIdx.x & (tile_cols - 1);
+  const int lanes = kBnThreads / tile_cols;  // threads per column
+  constexpr int kU = 8;  // independent loads in flight per thread
+  const float *m1 = p.part_moment1 + col0 + j;
+  const float *m2 = p.part_moment2 + col0 + j;
   double s1 = 0.0, s2 = 0.0;
-  for (int g0 = threadIdx.x / static_cast<int>(width); g0 < static_cast<int>(gridDim.x); g0 += kU * lanes) {
+  for (int g0 = threadIdx.x / tile_cols; g0 < tile_blocks; g0 += kU * lanes) {
     float va[kU], vb[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int g = g0 + u * lanes;
-      const bool ok = g < static_cast<int>(gridDim.x);
-      va[u] = ok ? __ldcg(p.part_moment1 + static_cast<int64_t>(g) * width + j) : 0.f;
-      vb[u] = ok ? __ldcg(p.part_moment2 + static_cast<int64_t>(g) * width + j) : 0.f;
+      const bool ok = g < tile_blocks;
+      va[u] = ok ? __ldcg(m1 + static_cast<int64_t>(g) * width) : 0.f;
+      vb[u] = ok ? __ldcg(m2 + static_cast<int64_t>(g) * width) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -85,25 +90,23 @@ __device__ __forceinline__ void bn_combine_gather(const BnPersistParams &p, floa
   }
   da[threadIdx.x] = s1;
   db[threadIdx.x] = s2;
-  for (int stride = kBnThreads >> 1; stride >= static_cast<int>(width); stride >>= 1) {
-    __syncthreads();
-    if (threadIdx.x < stride) {
-      da[threadIdx.x] += da[threadIdx.x + stride];
-      db[threadIdx.x] += db[threadIdx.x + stride];
-    }
-  }
   __syncthreads();
-  if (threadIdx.x < width) {
+  if (threadIdx.x < tile_cols) {
+    const int64_t c = col0 + threadIdx.x;
     const double n = static_cast<double>(p.shape.rows);
-    const double S1 = da[threadIdx.x], S2 = db[threadIdx.x];
+    double S1 = 0.0, S2 = 0.0;
+    for (int l = 0; l < lanes; ++l) {  // the lanes' sums of the column, in order
+      S1 += da[l * tile_cols + threadIdx.x];
+      S2 += db[l * tile_cols + threadIdx.x];
+    }
     if constexpr (BWD) {
-      coef[threadIdx.x] = bwd_coefs(p.f, threadIdx.x, n, S1, S2);
-      if (blockIdx.x == 0) finish_bwd(p.f, threadIdx.x, n, S1, S2, true);
+      coef[threadIdx.x] = bwd_coefs(p.f, c, n, S1, S2);
+      if (bx == 0) finish_bwd(p.f, c, n, S1, S2, true);
     } else {
       const double mean = static_cast<double>(shift) + S1 / n;
-      const double m2 = fmax(S2 - S1 * S1 / n, 0.0);
-      coef[threadIdx.x] = fwd_coefs(p.f, threadIdx.x, mean, 1.0 / sqrt(m2 / n + p.f.eps));
-      if (blockIdx.x == 0) finish_fwd(p.f, threadIdx.x, n, mean, m2);
+      const double m2v = fmax(S2 - S1 * S1 / n, 0.0);
+      coef[threadIdx.x] = fwd_coefs(p.f, c, mean, 1.0 / sqrt(m2v / n + p.f.eps));
+      if (bx == 0) finish_fwd_at(p.f, c, n, mean, m2v, rf);
     }
   }
   __syncthreads();

@@ -201,65 +201,6 @@ __device__ __forceinline__ void bn_one_wave_combine_owner(const BnPersistParams 
   __syncthreads();
 }
 
-// Gather combine over one column tile (tile_cols columns from col0, a power
-// of two <= kBnThreads): the block adds, per column of its tile, the
-// partials of the tile's `tile_blocks` blocks (rows 0 .. tile_blocks - 1 of
-// the partials) in double, and thread j < tile_cols computes column col0 + j's
-// coefficients into coef[j]; the tile's first block (bx == 0) writes the
-// channels' outputs. shift (forward): column
-// col0 + threadIdx.x's row-0 value; rf: the running averages' factor; both
-// read before the grid barrier (y may be x, and block 0 counts the batch
-// after its combine while other tiles' first blocks may still be in theirs).
-template <bool BWD>
-__device__ __forceinline__ void bn_one_wave_combine_tile(const BnPersistParams &p, int tile_cols, int64_t col0,
-                                                         int tile_blocks, int64_t bx, float shift, double rf,
-                                                         double *da, double *db, BnCoefs *coef) {
-  const int64_t width = p.shape.width;
-  const int j = threadIdx.x & (tile_cols - 1);
-  const int lanes = kBnThreads / tile_cols;  // threads per column
-  constexpr int kU = 8;  // independent loads in flight per thread
-  const float *m1 = p.part_moment1 + col0 + j;
-  const float *m2 = p.part_moment2 + col0 + j;
-  double s1 = 0.0, s2 = 0.0;
-  for (int g0 = threadIdx.x / tile_cols; g0 < tile_blocks; g0 += kU * lanes) {
-    float va[kU], vb[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int g = g0 + u * lanes;
-      const bool ok = g < tile_blocks;
-      va[u] = ok ? __ldcg(m1 + static_cast<int64_t>(g) * width) : 0.f;
-      vb[u] = ok ? __ldcg(m2 + static_cast<int64_t>(g) * width) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      s1 += va[u];
-      s2 += vb[u];
-    }
-  }
-  da[threadIdx.x] = s1;
-  db[threadIdx.x] = s2;
-  __syncthreads();
-  if (threadIdx.x < tile_cols) {
-    const int64_t c = col0 + threadIdx.x;
-    const double n = static_cast<double>(p.shape.rows);
-    double S1 = 0.0, S2 = 0.0;
-    for (int l = 0; l < lanes; ++l) {  // the lanes' sums of the column, in order
-      S1 += da[l * tile_cols + threadIdx.x];
-      S2 += db[l * tile_cols + threadIdx.x];
-    }
-    if constexpr (BWD) {
-      coef[threadIdx.x] = bwd_coefs(p.f, c, n, S1, S2);
-      if (bx == 0) finish_bwd(p.f, c, n, S1, S2, true);
-    } else {
-      const double mean = static_cast<double>(shift) + S1 / n;
-      const double m2v = fmax(S2 - S1 * S1 / n, 0.0);
-      coef[threadIdx.x] = fwd_coefs(p.f, c, mean, 1.0 / sqrt(m2v / n + p.f.eps));
-      if (bx == 0) finish_fwd_at(p.f, c, n, mean, m2v, rf);
-    }
-  }
-  __syncthreads();
-}
-
 // The elementwise step on the packs in registers, with the coefficients of
 // the thread's columns (coef, per column of the block's tile).
 template <typename T, int PACK, bool BWD>
@@ -346,8 +287,7 @@ __global__ void __launch_bounds__(kBnThreads, (bn_persistent_min_blocks<T, BWD>(
   bn_block_partials<PACK>(p, a, b, th.ncp, th.lcol, col0, bx, sa, sb);
   cooperative_groups::this_grid().sync();
   if constexpr (GATHER) {
-    bn_one_wave_combine_tile<BWD>(p, tile_cols, col0, static_cast<int>(gridDim.x) / tiles, bx, shift, rf, da, db,
-                                  coef);
+    bn_combine_gather<BWD>(p, tile_cols, col0, static_cast<int>(gridDim.x) / tiles, bx, shift, rf, da, db, coef);
   } else {
     bn_one_wave_combine_owner<T, BWD>(p, x, th.width, p.shape.rows, da, db, coef);
   }

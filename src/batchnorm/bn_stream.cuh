@@ -287,7 +287,10 @@ __global__ void __launch_bounds__(kBnThreads, kBnStreamBlocksPerSm)
   // ---- combine: this thread's coefficients -----------------------------------
   BnStreamApply<T, PACK> apply{p, th};
   if constexpr (GATHER) {
-    bn_combine_gather<false>(p, shift, da, db, coef);
+    // (Block 0 alone writes the channels' outputs, and counts the batch
+    // after: the running averages' factor may be read here.)
+    bn_combine_gather<false>(p, static_cast<int>(C), 0, static_cast<int>(gridDim.x), blockIdx.x, shift,
+                             blockIdx.x == 0 ? running_factor(p.f) : 0.0, da, db, coef);
 #pragma unroll
     for (int k = 0; k < PACK; ++k) {
       const BnCoefs c = coef[th.col + k];
