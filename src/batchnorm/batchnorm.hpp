@@ -140,6 +140,9 @@ struct BnNativePlan {
   LaunchShape apply_main_shape, apply_tail_shape;
 };
 BnNativePlan plan_native(fnorm_handle *h, const BnProblem &pb, const BnPacks &packs);
+// Whether the native one-wave kernel (the tensor held on chip, one
+// cooperative launch: bn_persistent.cuh) takes the pass with these packs.
+bool bn_native_one_wave(fnorm_handle *h, const BnProblem &pb, const BnPacks &packs);
 void launch_native(const BnNativePlan &plan, const BnProblem &pb, const BnArgs &a, cudaStream_t stream);
 
 // SyncBatchNorm's NCCL calls (bn_nccl.cpp; without NCCL they throw

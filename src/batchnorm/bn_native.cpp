@@ -31,7 +31,33 @@ const BnReduceFns &reduce_fns(const BnInstance &inst, BnReduceKind kind, bool ba
   return backward ? inst.grads_columns : inst.stats_columns;
 }
 
+// The one-launch kernel's shape for a channels-last problem without a
+// communicator (kernel None where neither one-launch kernel takes it).
+BnPersistShape persist_shape(const fnorm_handle *h, const BnProblem &pb, const BnInstance &inst,
+                             const NativeLayout &ws, const DeviceContext &ctx) {
+  BnPersistParams q;
+  q.shape = pb.shape;
+  q.max_blocks = ws.max_splits;
+  q.epilogue = pb.epilogue;
+  const BnPersistFns &fns = pb.pass != BnPass::Bwd ? inst.persist_forward : inst.persist_backward;
+  BnPersistTuning t;
+  t.gather_all = h->tuning.bn_persist_gather_all;
+  t.onewave_tile = h->tuning.bn_onewave_tile;
+  t.onewave_k = h->tuning.bn_onewave_k;
+  BnPersistShape s;
+  check_cuda(fns.shape(q, t, ctx, &s), inst.name);
+  return s;
+}
+
 }  // namespace
+
+bool bn_native_one_wave(fnorm_handle *h, const BnProblem &pb, const BnPacks &packs) {
+  if (pb.sync || pb.pass == BnPass::FwdInfer || pb.local_empty || pb.elements() == 0) return false;
+  const DeviceContext ctx = device_context(h);
+  const NativeLayout ws = native_layout(pb, ctx.dev);
+  if (pb.shape.group != 1 || ws.kind != BnReduceKind::Columns) return false;
+  return persist_shape(h, pb, instance_or_throw(pb.dtype, packs.persist), ws, ctx).kernel == BnOneLaunch::OneWave;
+}
 
 BnPacks bn_packs(const BnProblem &pb, const BnArgs &a) {
   BnPacks k;
@@ -79,16 +105,7 @@ BnNativePlan plan_native(fnorm_handle *h, const BnProblem &pb, const BnPacks &pa
   // (bn_persistent.cuh's shape_bn_persistent says which kernel).
   if (!pb.sync && sh.group == 1 && L.ws.kind == BnReduceKind::Columns) {
     L.persist = &instance_or_throw(pb.dtype, packs.persist);
-    BnPersistParams q;
-    q.shape = sh;
-    q.max_blocks = L.ws.max_splits;
-    q.epilogue = pb.epilogue;
-    const BnPersistFns &fns = forward ? L.persist->persist_forward : L.persist->persist_backward;
-    BnPersistTuning t;
-    t.gather_all = h->tuning.bn_persist_gather_all;
-    t.onewave_tile = h->tuning.bn_onewave_tile;
-    t.onewave_k = h->tuning.bn_onewave_k;
-    check_cuda(fns.shape(q, t, ctx, &L.persist_shape), L.persist->name);
+    L.persist_shape = persist_shape(h, pb, *L.persist, L.ws, ctx);
     L.one_launch = L.persist_shape.kernel != BnOneLaunch::None;
   }
   // The general path (also where the one-launch kernel finds the device

@@ -216,11 +216,16 @@ template <BnPass P>
 BnPtrs BnOp<P>::pointer_class(fnorm_handle *h, const BnProblem &pb, const BnArgs &a) {
   BnPtrs p;
   p.packs = bn_packs(pb, a);
-  // AUTO: cuDNN where the rule says it is faster and this call's pointers
-  // and stream let it run (a capture that would have to create the cuDNN
-  // state keeps NATIVE: that plan is keyed by auto_cudnn = 0).
+  // AUTO: cuDNN where the rule says it is faster, NATIVE's one-wave kernel
+  // does not take the pass (it holds the tensor on chip and runs one launch:
+  // H100, fp16 NATIVE vs cuDNN us, forward / backward: [4, 64, 56, 56] 9.3
+  // vs 9.9 / 9.1 vs 11.3, [16, 64, 56, 56] 13.8 vs 16.9 / 16.3 vs 18.5,
+  // [32, 64, 56, 56] forward 20.6 vs 22.1; its backward, three launches,
+  // 32.0 vs 27.2 stays cuDNN's), and this call's pointers and stream let it
+  // run (a capture that would have to create the cuDNN state keeps NATIVE:
+  // that plan is keyed by auto_cudnn = 0).
   if (pb.engine == FNORM_BN_ENGINE_AUTO && bn_auto_candidate(h, pb) && auto_pointers_ok(pb, a) &&
-      cudnn_bn_auto_state(h, a.stream)) {
+      !bn_native_one_wave(h, pb, p.packs) && cudnn_bn_auto_state(h, a.stream)) {
     p.auto_cudnn = 1;
     p.workspace_bytes = a.workspace_bytes;
   }
