@@ -17,7 +17,8 @@ constexpr int kBnReduceMinBlocks = 2;
 // ---------------------------------------------------------------------------
 // Columns reduction: thread (r, cp) of the block owns PACK columns
 // [col, col + PACK) and walks rows r0 + r, r0 + r + rpi, ... of its split;
-// the block then folds its rpi row slices per column in shared memory.
+// the block then folds its rpi row slices per column (shuffles in a warp,
+// then the warps in order through shared memory).
 // ncp = 2^ncp_log2 column packs per block tile (<= 32, so a warp reads whole
 // row segments: coalesced), rpi = kBnThreads / ncp row slices.
 // Assumptions: PACK divides width; x (and dy) aligned to PACK elements.
