@@ -380,14 +380,27 @@ void run_case(Ctx &ctx, const Case &k) {
   std::vector<unsigned char> hdx(bytes), hdz(add ? bytes : 0);
   CUDA_OK(cudaMemcpy(hdx.data(), dxp, E * es, cudaMemcpyDeviceToHost));
   if (add) CUDA_OK(cudaMemcpy(hdz.data(), dzp, E * es, cudaMemcpyDeviceToHost));
-  if (add && k.engine == FNORM_BN_ENGINE_CUDNN) {
+  if (relu && k.engine == FNORM_BN_ENGINE_CUDNN) {
     // cuDNN masks on its fp32 pre-activation: where that was a tiny positive
-    // value, y was stored as 0 yet dy passes. Take its choice there (seen by
-    // dz) and say how often; everywhere else the y > 0 rule holds.
+    // value, y was stored as 0 yet dy passes. Take its choice there and say
+    // how often; everywhere else the y > 0 rule holds. ADD_RELU shows the
+    // choice in dz; RELU in dx, which then sits nearer the reference with
+    // dy passed (dx moves by gamma * invstd * dy there, by O(1 / count)
+    // elsewhere). Seen with RELU on the H100: fp16 [100, 64, 57, 57], one
+    // element (dx 0.351 against -0.000168 with dy masked).
     int64_t zero_passed = 0;
     for (int64_t e = 0; e < E; ++e) {
-      if (load_host(hy.data(), k.dtype, e) == 0.0 && dyv[e] != 0.0 &&
-          load_host(hdz.data(), k.dtype, e) == dyv[e]) {
+      if (load_host(hy.data(), k.dtype, e) != 0.0 || dyv[e] == 0.0) continue;
+      bool passed;
+      if (add) {
+        passed = load_host(hdz.data(), k.dtype, e) == dyv[e];
+      } else {
+        const int64_t c = L.channel_of(e);
+        const double got = load_host(hdx.data(), k.dtype, e);
+        const double with_dy = dxr[e] + (k.affine ? gamma[c] : 1.0) * invstd[c] * dyv[e];
+        passed = std::fabs(got - with_dy) < std::fabs(got - dxr[e]);
+      }
+      if (passed) {
         gm[e] = dyv[e];
         ++zero_passed;
       }
